@@ -1,0 +1,74 @@
+//! holdfast-core: the words of holdfast as types.
+//!
+//! What lives here: id newtypes ([`SessionId`], [`Epoch`], [`FencingToken`], names),
+//! the enums shared by every layer ([`Mode`], [`EndReason`], [`Intent`], [`Posture`]),
+//! the namespace configuration with its validation, and the one table of stable
+//! error codes with their gRPC and HTTP mappings ([`ErrorCode`]).
+//!
+//! What does not: anything that does I/O, reads a clock, or knows tokio, tonic,
+//! openraft or RocksDB. Every other crate depends on this one, so it stays small.
+
+mod error;
+mod ids;
+mod names;
+mod namespace;
+mod token;
+
+pub use error::{ErrorCode, GrpcCode};
+pub use ids::{NodeId, Revision, SessionId};
+pub use names::{
+    validate_value, CellId, LockName, NameError, NamespaceName, RegionId, RequestId, ShardKey,
+    ShardName, MAX_LOCK_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SHORT_NAME_BYTES, MAX_VALUE_BYTES,
+};
+pub use namespace::{ConfigError, Intent, NamespaceConfig, Posture, Quotas};
+pub use token::{Epoch, FencingToken, Seq, TokenError};
+
+use serde::{Deserialize, Serialize};
+
+/// How a lock is held: one exclusive holder, or many shared holders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Mode {
+    Exclusive,
+    Shared,
+}
+
+/// The one list of reasons a hold ends. Watch events, Describe's last break record
+/// and errors all use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EndReason {
+    /// The holder released it with its token (or closed its session).
+    Released,
+    /// The holder's session lease ran out.
+    Expired,
+    /// An administrator broke it (BreakLock).
+    Broken,
+    /// The namespace's max hold was reached.
+    MaxHold,
+    /// The shard left this cell.
+    Moved,
+}
+
+impl EndReason {
+    /// Stable wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Released => "RELEASED",
+            EndReason::Expired => "EXPIRED",
+            EndReason::Broken => "BROKEN",
+            EndReason::MaxHold => "MAX_HOLD",
+            EndReason::Moved => "MOVED",
+        }
+    }
+
+    /// A hold that ended any way but a release triggers the namespace's lock-delay:
+    /// the holder may still be acting on its resource.
+    pub fn triggers_lock_delay(self) -> bool {
+        !matches!(self, EndReason::Released)
+    }
+}
+
+impl std::fmt::Display for EndReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
