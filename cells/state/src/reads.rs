@@ -1,0 +1,234 @@
+//! Reads of the lock table. The cell server calls these after a read-index barrier,
+//! so they are linearizable; the leader's timers use the iterators at the bottom.
+
+use crate::outcome::{CellError, Event};
+use crate::state::{BreakRecord, CellState, Lock};
+use holdfast_core::{
+    Epoch, FencingToken, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, Revision, Seq,
+    SessionId, ShardKey,
+};
+
+/// One holder as Describe shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderView {
+    pub session: SessionId,
+    pub token: FencingToken,
+    pub mode: Mode,
+    pub value: Vec<u8>,
+    pub request_id: RequestId,
+    /// Leader wall clock at the grant, for display (`held_for` is computed by the
+    /// server from its own clock at read time).
+    pub granted_at_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaiterView {
+    pub session: SessionId,
+    pub mode: Mode,
+    pub request_id: RequestId,
+    pub queued_at_unix_ms: u64,
+}
+
+/// Describe's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockView {
+    pub name: LockName,
+    pub holders: Vec<HolderView>,
+    /// In queue order.
+    pub waiters: Vec<WaiterView>,
+    /// Every token granted from now on is larger than this.
+    pub token_floor: FencingToken,
+    pub epoch: Epoch,
+    pub delayed: bool,
+    pub last_break: Option<BreakRecord>,
+    pub revision: Revision,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionView {
+    pub session: SessionId,
+    pub home: ShardKey,
+    pub ttl_ms: u64,
+    pub checkpoint_ms: Option<u64>,
+    pub label: String,
+    pub holds: usize,
+    pub waits: usize,
+    pub created_at_unix_ms: u64,
+}
+
+/// A shard as this cell serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardView {
+    pub key: ShardKey,
+    pub epoch: Epoch,
+    pub seq: Seq,
+    pub sealed: bool,
+    pub keys: usize,
+}
+
+/// A Watch asked for revisions this cell no longer keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("revision {requested} is compacted; the oldest kept is {oldest}")]
+pub struct Compacted {
+    pub requested: Revision,
+    pub oldest: Revision,
+}
+
+impl CellState {
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    pub fn namespace(&self, ns: &NamespaceName) -> Option<&NamespaceConfig> {
+        self.configs.get(ns)
+    }
+
+    pub fn namespaces(&self) -> impl Iterator<Item = &NamespaceConfig> {
+        self.configs.values()
+    }
+
+    pub fn shards(&self) -> impl Iterator<Item = ShardView> + '_ {
+        self.shards.iter().map(|(key, s)| ShardView {
+            key: key.clone(),
+            epoch: s.epoch,
+            seq: s.seq,
+            sealed: s.sealed.is_some(),
+            keys: s.locks.len(),
+        })
+    }
+
+    pub fn describe(&self, key: &ShardKey, name: &LockName) -> Result<LockView, CellError> {
+        self.config(&key.ns)?;
+        let shard = self.serving_shard(key, None)?;
+        let empty = Lock::default();
+        let lock = shard.locks.get(name).unwrap_or(&empty);
+        Ok(LockView {
+            name: name.clone(),
+            holders: holders(lock),
+            waiters: lock
+                .waiters
+                .iter()
+                .map(|w| WaiterView { session: w.session, mode: w.mode, request_id: w.request_id.clone(), queued_at_unix_ms: w.queued_at_ms })
+                .collect(),
+            token_floor: shard.floor(),
+            epoch: shard.epoch,
+            delayed: lock.delayed,
+            last_break: shard.audit.iter().rev().find(|b| &b.name == name).cloned(),
+            revision: self.revision,
+        })
+    }
+
+    /// Locks whose name starts with `prefix`, in name order, at most `limit`; the
+    /// bool says whether more were left out.
+    pub fn list(&self, key: &ShardKey, prefix: &str, limit: usize) -> Result<(Vec<LockView>, bool), CellError> {
+        self.config(&key.ns)?;
+        let shard = self.serving_shard(key, None)?;
+        let mut out = Vec::new();
+        let mut truncated = false;
+        for (name, lock) in shard.locks.range(..).filter(|(n, _)| n.as_str().starts_with(prefix)) {
+            if out.len() == limit {
+                truncated = true;
+                break;
+            }
+            out.push(LockView {
+                name: name.clone(),
+                holders: holders(lock),
+                waiters: lock
+                    .waiters
+                    .iter()
+                    .map(|w| WaiterView { session: w.session, mode: w.mode, request_id: w.request_id.clone(), queued_at_unix_ms: w.queued_at_ms })
+                    .collect(),
+                token_floor: shard.floor(),
+                epoch: shard.epoch,
+                delayed: lock.delayed,
+                last_break: None,
+                revision: self.revision,
+            });
+        }
+        Ok((out, truncated))
+    }
+
+    /// Sessions created in this shard.
+    pub fn list_sessions(&self, key: &ShardKey) -> Vec<SessionView> {
+        self.sessions.iter().filter(|(_, s)| &s.home == key).map(|(id, _)| self.session(*id).expect("listed")).collect()
+    }
+
+    pub fn session(&self, id: SessionId) -> Option<SessionView> {
+        self.sessions.get(&id).map(|s| SessionView {
+            session: id,
+            home: s.home.clone(),
+            ttl_ms: s.ttl_ms,
+            checkpoint_ms: s.checkpoint_ms,
+            label: s.label.clone(),
+            holds: s.holds.len(),
+            waits: s.waits.len(),
+            created_at_unix_ms: s.created_at_ms,
+        })
+    }
+
+    /// Every live session: (id, ttl, checkpointed remaining TTL). A new leader starts
+    /// each countdown from `checkpoint.unwrap_or(ttl)`.
+    pub fn session_countdowns(&self) -> impl Iterator<Item = (SessionId, u64, Option<u64>)> + '_ {
+        self.sessions.iter().map(|(id, s)| (*id, s.ttl_ms, s.checkpoint_ms))
+    }
+
+    /// Is `token` a current holder of the lock? (CheckToken: CURRENT vs STALE.)
+    pub fn check_token(&self, key: &ShardKey, name: &LockName, token: FencingToken) -> Result<bool, CellError> {
+        let shard = self.serving_shard(key, None)?;
+        Ok(shard.locks.get(name).is_some_and(|l| l.holders.contains_key(&token)))
+    }
+
+    /// Every hold: for the leader's max-hold timers.
+    pub fn holds(&self) -> impl Iterator<Item = (&ShardKey, &LockName, FencingToken, SessionId)> + '_ {
+        self.shards.iter().flat_map(|(key, s)| {
+            s.locks.iter().flat_map(move |(name, l)| l.holders.iter().map(move |(t, h)| (key, name, *t, h.session)))
+        })
+    }
+
+    /// Every lock in lock-delay: for the leader's lock-delay timers.
+    pub fn delayed_locks(&self) -> impl Iterator<Item = (&ShardKey, &LockName)> + '_ {
+        self.shards
+            .iter()
+            .flat_map(|(key, s)| s.locks.iter().filter(|(_, l)| l.delayed).map(move |(name, _)| (key, name)))
+    }
+
+    /// Every queued request: for the leader's wait timers.
+    pub fn waiters(&self) -> impl Iterator<Item = (&ShardKey, &LockName, SessionId, &RequestId)> + '_ {
+        self.shards.iter().flat_map(|(key, s)| {
+            s.locks.iter().flat_map(move |(name, l)| l.waiters.iter().map(move |w| (key, name, w.session, &w.request_id)))
+        })
+    }
+
+    /// Events with a revision greater than `after`, in order, optionally only those
+    /// of one lock. Fails if the history no longer reaches back that far.
+    pub fn events_after(&self, after: Revision, filter: Option<(&ShardKey, &LockName)>) -> Result<Vec<Event>, Compacted> {
+        if let Some(first) = self.history.front() {
+            if after.0 + 1 < first.revision.0 {
+                return Err(Compacted { requested: after, oldest: first.revision });
+            }
+        } else if after < self.revision {
+            return Err(Compacted { requested: after, oldest: Revision(self.revision.0 + 1) });
+        }
+        let start = self.history.partition_point(|e| e.revision <= after);
+        Ok(self
+            .history
+            .range(start..)
+            .filter(|e| filter.is_none_or(|(k, n)| &e.shard == k && &e.name == n))
+            .cloned()
+            .collect())
+    }
+}
+
+fn holders(lock: &Lock) -> Vec<HolderView> {
+    lock.holders
+        .iter()
+        .map(|(t, h)| HolderView {
+            session: h.session,
+            token: *t,
+            mode: h.mode,
+            value: h.value.clone(),
+            request_id: h.request_id.clone(),
+            granted_at_unix_ms: h.granted_at_ms,
+        })
+        .collect()
+}

@@ -1,0 +1,391 @@
+//! The lock table's data and the one entry point that changes it: [`CellState::apply`].
+//!
+//! Invariants kept here (and checked by the property tests):
+//! - a lock has at most one exclusive holder, and never exclusive and shared together;
+//! - a shard's tokens strictly increase: each grant takes the next `seq`;
+//! - only live sessions hold or wait; a session that ends leaves every queue at once;
+//! - waiters are granted in FIFO order, in the same apply as the release that frees them;
+//! - a refused command changes nothing (every check happens before the first write).
+
+use crate::command::{Command, Entry};
+use crate::outcome::{Applied, CellError, DequeueReason, Event, EventKind};
+use holdfast_core::{
+    EndReason, Epoch, FencingToken, LockName, Mode, NamespaceConfig, NamespaceName, RequestId,
+    Revision, Seq, SessionId, ShardKey,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Events kept for Watch to resume from. Older revisions answer "compacted".
+pub const HISTORY_CAP: usize = 10_000;
+/// Ended sessions remembered, so their ids answer `SESSION_EXPIRED` not `UNKNOWN_SESSION`.
+pub const ENDED_SESSIONS_CAP: usize = 10_000;
+/// Ended holds remembered per shard, so a repeated release is OK and a stale token is
+/// told how its hold ended.
+pub const ENDED_HOLDS_CAP: usize = 4_096;
+/// BreakLock audit records kept per shard.
+pub const AUDIT_CAP: usize = 256;
+/// Finished acquire records kept per session for idempotent retries.
+pub const ENDED_REQUESTS_PER_SESSION: usize = 64;
+
+/// The whole replicated state of one cell.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CellState {
+    pub(crate) configs: BTreeMap<NamespaceName, NamespaceConfig>,
+    pub(crate) shards: BTreeMap<ShardKey, Shard>,
+    pub(crate) sessions: BTreeMap<SessionId, Session>,
+    /// Sessions that ended, oldest first, bounded by [`ENDED_SESSIONS_CAP`].
+    pub(crate) ended_sessions: VecDeque<(SessionId, EndReason)>,
+    pub(crate) requests: BTreeMap<(SessionId, RequestId), RequestRecord>,
+    pub(crate) revision: Revision,
+    pub(crate) history: VecDeque<Event>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Shard {
+    pub(crate) epoch: Epoch,
+    /// The last seq granted in this epoch; the next grant takes `seq + 1`.
+    pub(crate) seq: Seq,
+    pub(crate) sealed: Option<SealReport>,
+    pub(crate) locks: BTreeMap<LockName, Lock>,
+    /// Tokens whose holds ended, with the lock and why; bounded, oldest dropped first.
+    pub(crate) ended: BTreeMap<FencingToken, (LockName, EndReason)>,
+    pub(crate) audit: VecDeque<BreakRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SealReport {
+    pub(crate) highest: Option<FencingToken>,
+    pub(crate) held_locks: Vec<LockName>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct Lock {
+    pub(crate) holders: BTreeMap<FencingToken, Hold>,
+    pub(crate) waiters: VecDeque<Waiter>,
+    /// In lock-delay: nothing is granted until the leader commits `LiftLockDelay`.
+    pub(crate) delayed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Hold {
+    pub(crate) session: SessionId,
+    pub(crate) mode: Mode,
+    pub(crate) request_id: RequestId,
+    pub(crate) value: Vec<u8>,
+    pub(crate) granted_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Waiter {
+    pub(crate) session: SessionId,
+    pub(crate) mode: Mode,
+    pub(crate) request_id: RequestId,
+    pub(crate) value: Vec<u8>,
+    pub(crate) queued_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Session {
+    /// The shard it was created in; it counts against that shard's session quota.
+    pub(crate) home: ShardKey,
+    pub(crate) ttl_ms: u64,
+    pub(crate) label: String,
+    /// Remaining TTL recorded by the latest checkpoint that listed it, until cleared.
+    pub(crate) checkpoint_ms: Option<u64>,
+    pub(crate) created_at_ms: u64,
+    pub(crate) holds: BTreeSet<(ShardKey, LockName, FencingToken)>,
+    pub(crate) waits: BTreeSet<(ShardKey, LockName, RequestId)>,
+    /// Request ids of finished acquires, oldest first, for pruning.
+    pub(crate) ended_requests: VecDeque<RequestId>,
+}
+
+/// What an acquire request led to, for idempotent retries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum RequestRecord {
+    Holding { shard: ShardKey, name: LockName, token: FencingToken },
+    Waiting { shard: ShardKey, name: LockName },
+    Ended { shard: ShardKey, name: LockName, token: FencingToken, reason: EndReason },
+}
+
+/// An audited BreakLock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BreakRecord {
+    pub name: LockName,
+    pub by: String,
+    pub reason: String,
+    /// The holds it ended: (session, token).
+    pub ended: Vec<(SessionId, FencingToken)>,
+    pub new_floor: FencingToken,
+    pub at_unix_ms: u64,
+}
+
+/// The per-apply context: the entry's timestamp and the events produced so far.
+pub(crate) struct Ctx {
+    pub(crate) at_ms: u64,
+    pub(crate) events: Vec<Event>,
+}
+
+impl CellState {
+    pub fn new() -> CellState {
+        CellState::default()
+    }
+
+    /// Applies one committed entry. Deterministic: the same state and entry give the
+    /// same result and the same next state on every replica.
+    pub fn apply(&mut self, entry: &Entry) -> Applied {
+        let mut ctx = Ctx { at_ms: entry.at_unix_ms, events: Vec::new() };
+        let result = match &entry.cmd {
+            Command::ApplyConfig { config } => self.apply_config(config),
+            Command::AdoptShard { shard, epoch, delayed_locks } => {
+                self.adopt_shard(&mut ctx, shard, *epoch, delayed_locks)
+            }
+            Command::SealShard { shard, epoch } => self.seal_shard(&mut ctx, shard, *epoch),
+            Command::CreateSession { shard, session, ttl_ms, label } => {
+                self.create_session(&ctx, shard, *session, *ttl_ms, label)
+            }
+            Command::CloseSession { session } => {
+                self.end_session(&mut ctx, *session, EndReason::Released)
+            }
+            Command::ExpireSession { session } => {
+                self.end_session(&mut ctx, *session, EndReason::Expired)
+            }
+            Command::Checkpoint { sessions } => self.checkpoint(sessions),
+            Command::ClearCheckpoint { session } => self.clear_checkpoint(*session),
+            Command::Acquire { shard, epoch, name, session, mode, request_id, value, wait } => self
+                .acquire(
+                    &mut ctx,
+                    crate::locks::AcquireArgs {
+                        shard,
+                        epoch: *epoch,
+                        name,
+                        session: *session,
+                        mode: *mode,
+                        request_id,
+                        value,
+                        wait: *wait,
+                    },
+                ),
+            Command::Release { shard, name, token } => self.release(&mut ctx, shard, name, *token),
+            Command::CancelWait { session, request_id } => {
+                self.cancel_wait(&mut ctx, *session, request_id)
+            }
+            Command::EndHold { shard, name, token } => self.end_hold_cmd(&mut ctx, shard, name, *token),
+            Command::LiftLockDelay { shard, name } => self.lift_lock_delay(&mut ctx, shard, name),
+            Command::BreakLock { shard, name, by, reason } => {
+                self.break_lock(&mut ctx, shard, name, by, reason)
+            }
+        };
+        debug_assert!(result.is_ok() || ctx.events.is_empty(), "a refused command emitted events");
+        for ev in &ctx.events {
+            if self.history.len() == HISTORY_CAP {
+                self.history.pop_front();
+            }
+            self.history.push_back(ev.clone());
+        }
+        Applied { result, events: ctx.events }
+    }
+
+    // ---- small shared helpers used by the command modules
+
+    /// Records an event with the next revision.
+    pub(crate) fn emit(
+        &mut self,
+        ctx: &mut Ctx,
+        shard: &ShardKey,
+        name: &LockName,
+        session: SessionId,
+        request_id: &RequestId,
+        kind: EventKind,
+        value: &[u8],
+    ) {
+        self.revision = Revision(self.revision.0 + 1);
+        ctx.events.push(Event {
+            revision: self.revision,
+            at_unix_ms: ctx.at_ms,
+            shard: shard.clone(),
+            name: name.clone(),
+            session,
+            request_id: request_id.clone(),
+            kind,
+            value: value.to_vec(),
+        });
+    }
+
+    /// Why a session id is not live: it ended (and how), or it never existed here.
+    pub(crate) fn dead_session_error(&self, session: SessionId) -> CellError {
+        match self.ended_sessions.iter().rev().find(|(id, _)| *id == session) {
+            Some((_, reason)) => CellError::SessionExpired(session, *reason),
+            None => CellError::UnknownSession(session),
+        }
+    }
+
+    /// The shard, checked to be served here at the expected epoch.
+    pub(crate) fn serving_shard(&self, key: &ShardKey, expected: Option<Epoch>) -> Result<&Shard, CellError> {
+        let shard = self
+            .shards
+            .get(key)
+            .ok_or_else(|| CellError::NotOwner { shard: key.to_string(), sealed: false })?;
+        if shard.sealed.is_some() {
+            return Err(CellError::NotOwner { shard: key.to_string(), sealed: true });
+        }
+        if let Some(expected) = expected {
+            if expected != shard.epoch {
+                return Err(CellError::StaleEpoch { shard: key.to_string(), expected: expected.0, actual: shard.epoch.0 });
+            }
+        }
+        Ok(shard)
+    }
+
+    pub(crate) fn config(&self, ns: &NamespaceName) -> Result<&NamespaceConfig, CellError> {
+        self.configs.get(ns).ok_or_else(|| CellError::UnknownNamespace(ns.to_string()))
+    }
+
+    /// Ends one hold: records why, tells watchers, and sets lock-delay when the
+    /// namespace has one and the hold did not end by release. Does not grant waiters:
+    /// the caller does that once every hold it ends is gone.
+    pub(crate) fn end_hold(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, token: FencingToken, reason: EndReason) {
+        let lock_delay = self.configs.get(&key.ns).map(|c| c.lock_delay_ms).unwrap_or(0);
+        let Some(shard) = self.shards.get_mut(key) else { return };
+        let Some(lock) = shard.locks.get_mut(name) else { return };
+        let Some(hold) = lock.holders.remove(&token) else { return };
+        if reason.triggers_lock_delay() && lock_delay > 0 && reason != EndReason::Moved {
+            lock.delayed = true;
+        }
+        if shard.ended.len() == ENDED_HOLDS_CAP {
+            shard.ended.pop_first();
+        }
+        shard.ended.insert(token, (name.clone(), reason));
+        if let Some(sess) = self.sessions.get_mut(&hold.session) {
+            sess.holds.remove(&(key.clone(), name.clone(), token));
+            Self::finish_request(&mut self.requests, sess, hold.session, &hold.request_id, key, name, token, reason);
+        }
+        self.emit(ctx, key, name, hold.session, &hold.request_id, EventKind::Ended { token, reason }, &hold.value);
+    }
+
+    /// Turns a holding request record into an ended one, pruning old ended records.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_request(
+        requests: &mut BTreeMap<(SessionId, RequestId), RequestRecord>,
+        sess: &mut Session,
+        session: SessionId,
+        request_id: &RequestId,
+        key: &ShardKey,
+        name: &LockName,
+        token: FencingToken,
+        reason: EndReason,
+    ) {
+        requests.insert(
+            (session, request_id.clone()),
+            RequestRecord::Ended { shard: key.clone(), name: name.clone(), token, reason },
+        );
+        sess.ended_requests.push_back(request_id.clone());
+        while sess.ended_requests.len() > ENDED_REQUESTS_PER_SESSION {
+            if let Some(old) = sess.ended_requests.pop_front() {
+                requests.remove(&(session, old));
+            }
+        }
+    }
+
+    /// Removes one waiter (not granted) and tells watchers why.
+    pub(crate) fn dequeue(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, session: SessionId, request_id: &RequestId, reason: DequeueReason) {
+        let Some(lock) = self.shards.get_mut(key).and_then(|s| s.locks.get_mut(name)) else { return };
+        let Some(pos) = lock.waiters.iter().position(|w| w.session == session && &w.request_id == request_id) else { return };
+        let waiter = lock.waiters.remove(pos).expect("position is in range");
+        self.requests.remove(&(session, request_id.clone()));
+        if let Some(sess) = self.sessions.get_mut(&session) {
+            sess.waits.remove(&(key.clone(), name.clone(), request_id.clone()));
+        }
+        self.emit(ctx, key, name, session, request_id, EventKind::Dequeued { reason }, &waiter.value);
+    }
+
+    /// Grants waiters from the front of the queue while they are compatible, then
+    /// drops the lock if nothing is left of it. Waiters are always live sessions:
+    /// a session that ends leaves its queues first.
+    pub(crate) fn grant_waiters(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName) {
+        loop {
+            let Some(shard) = self.shards.get(key) else { return };
+            let Some(lock) = shard.locks.get(name) else { return };
+            if lock.delayed || shard.sealed.is_some() {
+                break;
+            }
+            let Some(front) = lock.waiters.front() else { break };
+            if !compatible(lock, front.mode) || next_token(shard).is_none() {
+                break;
+            }
+            let waiter = self
+                .shards
+                .get_mut(key)
+                .and_then(|s| s.locks.get_mut(name))
+                .and_then(|l| l.waiters.pop_front())
+                .expect("front exists");
+            if let Some(sess) = self.sessions.get_mut(&waiter.session) {
+                sess.waits.remove(&(key.clone(), name.clone(), waiter.request_id.clone()));
+            }
+            self.grant(ctx, key, name, waiter.session, waiter.mode, &waiter.request_id, waiter.value);
+        }
+        self.gc_lock(key, name);
+    }
+
+    /// Gives the lock to a live session with the shard's next token.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn grant(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, session: SessionId, mode: Mode, request_id: &RequestId, value: Vec<u8>) -> FencingToken {
+        let shard = self.shards.get_mut(key).expect("caller checked the shard");
+        let token = next_token(shard).expect("caller checked the seq");
+        shard.seq = token.seq();
+        let lock = shard.locks.entry(name.clone()).or_default();
+        lock.holders.insert(
+            token,
+            Hold { session, mode, request_id: request_id.clone(), value: value.clone(), granted_at_ms: ctx.at_ms },
+        );
+        let sess = self.sessions.get_mut(&session).expect("grants go to live sessions only");
+        sess.holds.insert((key.clone(), name.clone(), token));
+        self.requests.insert(
+            (session, request_id.clone()),
+            RequestRecord::Holding { shard: key.clone(), name: name.clone(), token },
+        );
+        self.emit(ctx, key, name, session, request_id, EventKind::Acquired { mode, token }, &value);
+        token
+    }
+
+    /// Forgets a lock that has no holders, no waiters and no delay. Its token floor
+    /// lives on in the shard's seq, so nothing is lost.
+    pub(crate) fn gc_lock(&mut self, key: &ShardKey, name: &LockName) {
+        if let Some(shard) = self.shards.get_mut(key) {
+            if shard.locks.get(name).is_some_and(|l| l.holders.is_empty() && l.waiters.is_empty() && !l.delayed) {
+                shard.locks.remove(name);
+            }
+        }
+    }
+}
+
+/// Whether a new holder of `mode` can join the current holders.
+pub(crate) fn compatible(lock: &Lock, mode: Mode) -> bool {
+    match mode {
+        Mode::Exclusive => lock.holders.is_empty(),
+        Mode::Shared => lock.holders.values().all(|h| h.mode == Mode::Shared),
+    }
+}
+
+/// The token the shard would grant next, or `None` if its seq is exhausted and it
+/// needs an epoch bump from the registry.
+pub(crate) fn next_token(shard: &Shard) -> Option<FencingToken> {
+    let seq = Seq(shard.seq.0.checked_add(1)?);
+    FencingToken::new(shard.epoch, seq).ok()
+}
+
+impl Shard {
+    pub(crate) fn new(epoch: Epoch) -> Shard {
+        Shard { epoch, seq: Seq(0), sealed: None, locks: BTreeMap::new(), ended: BTreeMap::new(), audit: VecDeque::new() }
+    }
+
+    /// The highest token issued in this epoch, if any.
+    pub(crate) fn highest(&self) -> Option<FencingToken> {
+        (self.seq.0 > 0).then(|| FencingToken::new(self.epoch, self.seq).expect("seq in range"))
+    }
+
+    /// Every token granted from now on is larger than this.
+    pub(crate) fn floor(&self) -> FencingToken {
+        self.highest().unwrap_or(FencingToken::floor_of(self.epoch))
+    }
+}

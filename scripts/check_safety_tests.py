@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Proves the safety tests can fail: each mutant below breaks one guarded check in a
+scratch copy of the repo, and the named tests must go red on it. A mutant that
+survives (tests stay green) fails this script.
+
+Run from the repo root (scripts/check-safety-tests.sh does). Uses CARGO_TARGET_DIR.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+STATE = "cells/state/src"
+CELL_TESTS = ["-p", "holdfast-cell-state", "--test", "properties", "--test", "semantics"]
+
+# (name, file, exact text, replacement, cargo test args)
+MUTANTS = [
+    ("two exclusive holders", f"{STATE}/state.rs",
+     "Mode::Exclusive => lock.holders.is_empty(),", "Mode::Exclusive => true,", CELL_TESTS),
+    ("shared joins exclusive", f"{STATE}/state.rs",
+     "Mode::Shared => lock.holders.values().all(|h| h.mode == Mode::Shared),", "Mode::Shared => true,", CELL_TESTS),
+    ("token not advanced", f"{STATE}/state.rs",
+     "shard.seq = token.seq();", "", CELL_TESTS),
+    ("dead session stays queued", f"{STATE}/sessions.rs",
+     "self.dequeue(ctx, key, name, session, rid, DequeueReason::SessionEnded);", "let _ = (key, name, rid);", CELL_TESTS),
+    ("barging past the queue", f"{STATE}/locks.rs",
+     "!l.delayed && l.waiters.is_empty() && compatible(l, a.mode)", "!l.delayed && compatible(l, a.mode)", CELL_TESTS),
+    ("retry not recognised", f"{STATE}/locks.rs",
+     "if let Some(rec) = self.requests.get(&(a.session, a.request_id.clone())) {",
+     "if let Some(rec) = None::<&RequestRecord> {", CELL_TESTS),
+    ("release ignores the token", f"{STATE}/locks.rs",
+     "let held = shard.locks.get(name).is_some_and(|l| l.holders.contains_key(&token));",
+     "let token = shard.locks.get(name).and_then(|l| l.holders.keys().next().copied()).unwrap_or(token); let held = shard.locks.get(name).is_some_and(|l| l.holders.contains_key(&token));",
+     CELL_TESTS),
+    ("snapshot drops the revision", f"{STATE}/state.rs",
+     "    pub(crate) revision: Revision,", "    #[serde(skip)]\n    pub(crate) revision: Revision,", CELL_TESTS),
+    ("grant during lock-delay", f"{STATE}/state.rs",
+     "if lock.delayed || shard.sealed.is_some() {", "if shard.sealed.is_some() {", CELL_TESTS),
+]
+
+
+def main() -> int:
+    repo = os.getcwd()
+    only = sys.argv[1:]
+    survivors = []
+    for name, path, old, new, args in MUTANTS:
+        if only and not any(o in name for o in only):
+            continue
+        with tempfile.TemporaryDirectory(prefix="holdfast-mutant-") as tmp:
+            dst = os.path.join(tmp, "repo")
+            shutil.copytree(repo, dst, ignore=shutil.ignore_patterns(".git", "target"))
+            f = os.path.join(dst, path)
+            src = open(f).read()
+            if src.count(old) != 1:
+                print(f"mutant '{name}': the guarded text is gone from {path}; update this script", flush=True)
+                return 2
+            open(f, "w").write(src.replace(old, new))
+            env = dict(os.environ, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
+            r = subprocess.run(["cargo", "test", "-q", *args], cwd=dst, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if r.returncode == 0:
+                survivors.append(name)
+                print(f"SURVIVED  {name}: the tests did not notice", flush=True)
+            elif "error[E" in r.stdout and "could not compile" in r.stdout:
+                print(r.stdout[-3000:])
+                print(f"mutant '{name}' does not compile; fix the mutant", flush=True)
+                return 2
+            else:
+                lines = r.stdout.splitlines()
+                failing = [l for l in lines if "Test failed:" in l] or [l for l in lines if "panicked" in l]
+                print(f"killed    {name}: {failing[0].strip()[:200] if failing else 'tests failed'}", flush=True)
+    if survivors:
+        print(f"{len(survivors)} mutant(s) survived: {survivors}")
+        return 1
+    print("every mutant was caught")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building and testing holdfast needs on a fresh Debian machine.
+# Idempotent: a machine that already has everything is left alone.
+#
+#   libclang-dev   bindgen needs libclang to generate RocksDB's bindings (librocksdb-sys)
+#   clang          the C++ compiler RocksDB's build prefers (gcc also works)
+#   protoc         not needed: holdfast-proto uses the protoc-bin-vendored crate
+set -euo pipefail
+
+need=()
+for pkg in libclang-dev clang; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
+echo "setup: ok"
