@@ -56,7 +56,11 @@ def main() -> int:
                 print(f"mutant '{name}': the guarded text is gone from {path}; update this script", flush=True)
                 return 2
             open(f, "w").write(src.replace(old, new))
-            env = dict(os.environ, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
+            # A target dir of their own: cargo names a workspace member's artifacts by
+            # its path inside the workspace, so a mutant built in the shared dir would
+            # be taken for fresh by the next ordinary build.
+            target = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target")), "mutants")
+            env = dict(os.environ, CARGO_TARGET_DIR=target, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
             r = subprocess.run(["cargo", "test", "-q", *args], cwd=dst, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if r.returncode == 0:

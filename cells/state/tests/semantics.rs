@@ -444,3 +444,13 @@ fn every_cell_error_has_its_stable_code() {
         assert!(!err.to_string().is_empty());
     }
 }
+
+#[test]
+fn max_hold_with_a_waiter_waits_out_the_lock_delay() {
+    let mut c = Cell::new(1_000);
+    let (a, b) = (c.session(1), c.session(2));
+    let ta = c.grant(a, "a", "r1");
+    c.acquire(b, "a", Mode::Exclusive, "r1", true);
+    let applied = c.apply(Command::EndHold { shard: key(), name: name("a"), token: ta });
+    assert!(applied.events.iter().all(|e| !matches!(e.kind, EventKind::Acquired { .. })), "granted during lock-delay: {applied:?}");
+}
