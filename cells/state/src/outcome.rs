@@ -62,6 +62,9 @@ pub enum CellError {
     QuotaExceeded { what: String, limit: u64 },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The leader drew a session id already in use; it draws another and retries.
+    #[error("session id {0} is already in use")]
+    SessionIdInUse(SessionId),
     #[error("unavailable: {0}")]
     Unavailable(String),
 }
@@ -78,7 +81,7 @@ impl CellError {
             CellError::LockHeld { .. } => ErrorCode::LockHeld,
             CellError::NotHolder { .. } => ErrorCode::NotHolder,
             CellError::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
-            CellError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            CellError::InvalidArgument(_) | CellError::SessionIdInUse(_) => ErrorCode::InvalidArgument,
             CellError::Unavailable(_) => ErrorCode::Unavailable,
         }
     }

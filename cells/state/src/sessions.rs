@@ -25,7 +25,7 @@ impl CellState {
         }
         if session.0 == 0 || self.sessions.contains_key(&session) || self.ended_sessions.iter().any(|(id, _)| *id == session) {
             // The leader picks ids at random; it retries with another on this answer.
-            return Err(CellError::InvalidArgument(format!("session id {session} is already in use")));
+            return Err(CellError::SessionIdInUse(session));
         }
         let live_here = self.sessions.values().filter(|s| &s.home == key).count();
         if live_here >= max_sessions as usize {

@@ -213,7 +213,7 @@ impl CellState {
     }
 
     /// Why a session id is not live: it ended (and how), or it never existed here.
-    pub(crate) fn dead_session_error(&self, session: SessionId) -> CellError {
+    pub fn dead_session_error(&self, session: SessionId) -> CellError {
         match self.ended_sessions.iter().rev().find(|(id, _)| *id == session) {
             Some((_, reason)) => CellError::SessionExpired(session, *reason),
             None => CellError::UnknownSession(session),

@@ -359,7 +359,7 @@ fn session_ttl_bounds_and_unknowns() {
     assert_eq!(err.code(), ErrorCode::NotOwner);
     c.session(1);
     let err = c.refused(Command::CreateSession { shard: key(), session: SessionId(1), ttl_ms: 3_000, label: String::new() });
-    assert_eq!(err.code(), ErrorCode::InvalidArgument, "duplicate id");
+    assert_eq!(err, CellError::SessionIdInUse(SessionId(1)), "duplicate id");
     let err = c.refused(Command::ClearCheckpoint { session: SessionId(77) });
     assert_eq!(err.code(), ErrorCode::UnknownSession);
 }
