@@ -1,1 +1,64 @@
-fn main() {}
+//! The `holdfast` binary: server roles (`holdfast cell run`) and operator commands
+//! against a cell (`holdfast cell init`, `ns apply`, `shard adopt`, `lock ...`).
+//! Commands talk gRPC; a `NOT_LEADER` answer is followed once to the hinted leader.
+
+mod client;
+mod serve;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "holdfast", version, about = "Distributed locks with fencing tokens, per-region Raft cells.")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run or administer a cell node.
+    #[command(subcommand)]
+    Cell(serve::CellCmd),
+    /// Namespaces (tenants).
+    #[command(subcommand)]
+    Ns(client::NsCmd),
+    /// Shard placement on a cell.
+    #[command(subcommand)]
+    Shard(client::ShardCmd),
+    /// Take, release and inspect locks.
+    #[command(subcommand)]
+    Lock(client::LockCmd),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.cmd {
+            Cmd::Cell(c) => serve::run(c).await,
+            Cmd::Ns(c) => client::ns(c).await,
+            Cmd::Shard(c) => client::shard(c).await,
+            Cmd::Lock(c) => client::lock(c).await,
+        }
+    });
+    // Do not wait for lingering connections once the command is done.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -12,3 +12,15 @@ pub mod lock {
         tonic::include_proto!("holdfast.lock.v1");
     }
 }
+
+pub mod raft {
+    pub mod v1 {
+        tonic::include_proto!("holdfast.raft.v1");
+    }
+}
+
+pub mod admin {
+    pub mod v1 {
+        tonic::include_proto!("holdfast.admin.v1");
+    }
+}

@@ -1,1 +1,53 @@
-//! placeholder
+//! holdfast-raft: the openraft substrate that the lock cells and the registry run on.
+//!
+//! What lives here:
+//! - the one openraft type configuration and its aliases ([`types`]): commands and
+//!   responses are opaque bytes, nodes carry a Raft and a client address;
+//! - RocksDB storage: the log with synced votes and appends ([`LogStore`]) and the state
+//!   machine adapter over the application's [`ReplicatedState`] with persisted snapshots
+//!   ([`StateMachineStore`]), one tuned RocksDB per node ([`rocks`]);
+//! - the tonic gRPC network: `holdfast.raft.v1.RaftService` client ([`GrpcNetworkFactory`])
+//!   and server ([`RaftGrpcService`]), and the `RaftAdmin` service ([`RaftAdminService`]);
+//! - [`RaftNode`], which starts all of that on one listener;
+//! - with feature `test-support`, a fault-injecting layer over the gRPC network and a
+//!   toy state machine ([`testing`]).
+//!
+//! What does not: any application state (the lock table, the registry map), clocks or
+//! leases of the application, and the client-facing APIs.
+//!
+//! Starting a 3-node group from code:
+//! ```ignore
+//! let mut nodes = Vec::new();
+//! for id in 1..=3 {
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//!     let cfg = NodeConfig::new(id, "cell-a", dir.join(id.to_string()));
+//!     nodes.push(RaftNode::start(cfg, listener, MyState::default()).await?);
+//! }
+//! let members = nodes.iter().map(|n| (n.id(), n.node().clone())).collect();
+//! nodes[0].initialize(members).await?;
+//! let applied = nodes[0].write(b"cmd".to_vec()).await?; // once node 1 leads
+//! ```
+
+mod admin;
+mod convert;
+mod error;
+mod log_store;
+mod network;
+mod node;
+pub mod rocks;
+mod service;
+mod sm_store;
+pub mod types;
+
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+pub use admin::{metrics_to_pb, RaftAdminService};
+pub use convert::DecodeError;
+pub use error::{status, InitError, StartError, WriteError, CODE_METADATA, LEADER_METADATA};
+pub use log_store::LogStore;
+pub use network::{GrpcConnection, GrpcNetworkFactory, NetworkOptions, SNAPSHOT_CHUNK_BYTES};
+pub use node::{current_metrics, Applied, NodeConfig, RaftNode, RaftTimings};
+pub use service::RaftGrpcService;
+pub use sm_store::{ReplicatedState, SnapshotBuilder, StateHandle, StateMachineStore, WaitAppliedError};
+pub use types::{Node, NodeId, Raft, ReadPolicy, Request, Response, TypeConfig};

@@ -1,5 +1,22 @@
 //! holdfast-cell: the cell server. Thin glue between the pure lock table
 //! (`holdfast-cell-state`), the Raft substrate (`holdfast-raft`) and the lock API
-//! (`holdfast-proto`): the leader's lease clock, the LockService, leadership as a type.
+//! (`holdfast-proto`).
+//!
+//! What lives here: the leader's lease clock ([`clock`]) and its duties ([`leader`]),
+//! the hooks that wake waiting calls and feed Watch ([`machine`]), the LockService and
+//! CellAdmin handlers, the node's configuration and its lifecycle ([`CellServer`]).
+//! What does not: lock semantics (the state crate), Raft storage and transport (the
+//! raft crate), error-code tables (core).
 
+pub mod admin;
+pub mod cell;
 pub mod clock;
+pub mod config;
+pub mod convert;
+pub mod leader;
+pub mod machine;
+pub mod server;
+pub mod service;
+
+pub use config::CellConfig;
+pub use server::CellServer;

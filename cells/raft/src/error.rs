@@ -1,0 +1,135 @@
+//! Errors of the Raft substrate, each knowing whether a retry can help, and their one
+//! mapping to gRPC statuses (with holdfast's `holdfast-code` / `holdfast-leader`
+//! metadata).
+
+use std::io;
+
+use holdfast_core::ErrorCode;
+
+use crate::types::{ClientWriteError, Fatal, ForwardToLeader, InitializeError, Node, NodeId, RaftError};
+
+/// gRPC metadata key carrying the stable error code.
+pub const CODE_METADATA: &str = "holdfast-code";
+/// gRPC metadata key carrying the leader's client address on `NOT_LEADER`.
+pub const LEADER_METADATA: &str = "holdfast-leader";
+
+/// Starting a node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("opening RocksDB: {0}")]
+    Storage(#[from] rocksdb::Error),
+    #[error("reading persisted state: {0}")]
+    Io(#[from] io::Error),
+    #[error("invalid raft config: {0}")]
+    Config(#[from] openraft::ConfigError),
+    #[error("starting raft: {0}")]
+    Raft(#[from] Fatal),
+}
+
+/// A write (or membership change) did not produce an outcome.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// This node is not the leader; nothing was appended. `leader` is the current leader
+    /// if known: retry there.
+    #[error("not the leader (leader: {leader_id:?})")]
+    NotLeader { leader_id: Option<NodeId>, leader: Option<Node> },
+    /// The entry was appended but may or may not commit (the leader changed, or the call
+    /// timed out). Treat as unknown: a retry must be deduplicated by the application.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
+    /// The membership change was refused (e.g. another change is in progress).
+    #[error("membership change refused: {0}")]
+    Membership(String),
+    /// The node is shut down or stopped on a storage error.
+    #[error("raft node stopped: {0}")]
+    Stopped(String),
+}
+
+impl WriteError {
+    /// May the same request be sent again (deduplicated) and succeed?
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, WriteError::Membership(_))
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            WriteError::NotLeader { .. } => ErrorCode::NotLeader,
+            WriteError::Unknown(_) | WriteError::Stopped(_) => ErrorCode::Unavailable,
+            WriteError::Membership(_) => ErrorCode::InvalidArgument,
+        }
+    }
+
+    /// The gRPC status, with the code (and leader hint) in metadata.
+    pub fn to_status(&self) -> tonic::Status {
+        let leader_addr = match self {
+            WriteError::NotLeader { leader: Some(n), .. } => Some(n.client_addr.as_str()),
+            _ => None,
+        };
+        status(self.code(), self.to_string(), leader_addr)
+    }
+}
+
+fn not_leader(f: &ForwardToLeader) -> WriteError {
+    WriteError::NotLeader { leader_id: f.leader_id, leader: f.leader_node.clone() }
+}
+
+impl From<RaftError<ClientWriteError>> for WriteError {
+    fn from(e: RaftError<ClientWriteError>) -> Self {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(&f),
+            RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => {
+                WriteError::Unknown(format!("entry discarded on a leader change; leader now {:?}", f.leader_id))
+            }
+            RaftError::APIError(e @ ClientWriteError::ChangeMembershipError(_)) => WriteError::Membership(e.to_string()),
+            RaftError::APIError(e @ ClientWriteError::PreconditionFailed(_)) => WriteError::Membership(e.to_string()),
+            RaftError::Fatal(f) => WriteError::Stopped(f.to_string()),
+        }
+    }
+}
+
+/// `Initialize` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// The node already has a log or a vote: the group exists.
+    #[error("not allowed: {0}")]
+    NotAllowed(String),
+    #[error("raft node stopped: {0}")]
+    Stopped(String),
+}
+
+impl From<RaftError<InitializeError>> for InitError {
+    fn from(e: RaftError<InitializeError>) -> Self {
+        match e {
+            RaftError::APIError(e) => InitError::NotAllowed(e.to_string()),
+            RaftError::Fatal(f) => InitError::Stopped(f.to_string()),
+        }
+    }
+}
+
+impl InitError {
+    pub fn to_status(&self) -> tonic::Status {
+        match self {
+            // Not an argument problem but a state one: the group already exists.
+            InitError::NotAllowed(_) => {
+                let mut s = tonic::Status::failed_precondition(self.to_string());
+                s.metadata_mut().insert(CODE_METADATA, tonic::metadata::MetadataValue::from_static("INVALID_ARGUMENT"));
+                s
+            }
+            InitError::Stopped(_) => status(ErrorCode::Unavailable, self.to_string(), None),
+        }
+    }
+}
+
+/// A gRPC status for `code`, with the stable string in metadata and, for `NOT_LEADER`,
+/// the leader's client address.
+pub fn status(code: ErrorCode, message: String, leader_client_addr: Option<&str>) -> tonic::Status {
+    let grpc = tonic::Code::from_i32(code.grpc_code() as i32);
+    let mut s = tonic::Status::new(grpc, message);
+    if let Ok(v) = code.as_str().parse() {
+        s.metadata_mut().insert(CODE_METADATA, v);
+    }
+    if let Some(addr) = leader_client_addr.and_then(|a| a.parse().ok()) {
+        s.metadata_mut().insert(LEADER_METADATA, addr);
+    }
+    s
+}

@@ -1,0 +1,265 @@
+//! The Raft network over tonic gRPC (`RaftNetworkFactory` / `RaftNetworkV2`).
+//!
+//! One HTTP/2 channel per peer address, created lazily and shared by every client that
+//! openraft builds for that peer (replication, heartbeats, snapshots multiplex on it), so
+//! reconnects after a peer restart are the channel's business. Every RPC is bounded by
+//! openraft's soft TTL; a snapshot transfer by its hard TTL and the cancel signal.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use holdfast_proto::raft::v1 as pb;
+use holdfast_proto::raft::v1::raft_service_client::RaftServiceClient;
+use openraft::errors::{NetworkError, ReplicationClosed, Timeout, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::{OptionalSend, RPCTypes};
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, warn};
+
+use crate::convert;
+use crate::types::{
+    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse,
+    StreamingError, TypeConfig, Vote, VoteRequest, VoteResponse,
+};
+
+/// Size of one chunk of an InstallSnapshot stream.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Transport settings of the Raft network.
+#[derive(Debug, Clone)]
+pub struct NetworkOptions {
+    /// Time allowed to establish a TCP + HTTP/2 connection. Default 500 ms.
+    pub connect_timeout: Duration,
+    /// Largest decoded gRPC message (a big AppendEntries batch). Default 64 MiB.
+    pub max_message_bytes: usize,
+}
+
+impl Default for NetworkOptions {
+    fn default() -> Self {
+        NetworkOptions { connect_timeout: Duration::from_millis(500), max_message_bytes: 64 << 20 }
+    }
+}
+
+/// Builds gRPC clients to the peers of node `local`.
+#[derive(Clone)]
+pub struct GrpcNetworkFactory {
+    local: NodeId,
+    options: NetworkOptions,
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl fmt::Debug for GrpcNetworkFactory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GrpcNetworkFactory").field("local", &self.local).finish_non_exhaustive()
+    }
+}
+
+impl GrpcNetworkFactory {
+    pub fn new(local: NodeId, options: NetworkOptions) -> Self {
+        GrpcNetworkFactory { local, options, channels: Arc::default() }
+    }
+
+    /// The node whose outgoing RPCs this factory carries.
+    pub fn local(&self) -> NodeId {
+        self.local
+    }
+
+    /// A client to `node`, reusing the channel to its address.
+    pub fn connect(&self, target: NodeId, node: &Node) -> GrpcConnection {
+        let channel = self.channel(&node.raft_addr);
+        if let Err(e) = &channel {
+            warn!(target, addr = %node.raft_addr, error = %e, "bad peer address; the peer stays unreachable");
+        }
+        GrpcConnection {
+            local: self.local,
+            target,
+            client: channel.ok().map(|c| {
+                RaftServiceClient::new(c)
+                    .max_decoding_message_size(self.options.max_message_bytes)
+                    .max_encoding_message_size(self.options.max_message_bytes)
+            }),
+        }
+    }
+
+    fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let channel = Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(self.options.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        channels.insert(addr.to_string(), channel.clone());
+        Ok(channel)
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
+    type Network = GrpcConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> Self::Network {
+        self.connect(target, node)
+    }
+}
+
+/// The client side of the Raft RPCs to one peer.
+pub struct GrpcConnection {
+    local: NodeId,
+    target: NodeId,
+    /// `None` when the peer's address could not be parsed: every RPC is `Unreachable`.
+    client: Option<RaftServiceClient<Channel>>,
+}
+
+impl fmt::Debug for GrpcConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GrpcConnection").field("local", &self.local).field("target", &self.target).finish()
+    }
+}
+
+/// A transport failure, classified for openraft.
+enum Failure {
+    /// The peer cannot be reached: openraft backs off before trying again.
+    Unreachable(String),
+    /// The RPC failed otherwise (bad reply, remote error): retried at once.
+    Network(String),
+    Timeout(Duration),
+}
+
+fn classify(status: tonic::Status) -> Failure {
+    match status.code() {
+        // Connection refused / reset, or the peer is shutting down.
+        tonic::Code::Unavailable | tonic::Code::Cancelled => Failure::Unreachable(status.to_string()),
+        _ => Failure::Network(status.to_string()),
+    }
+}
+
+impl GrpcConnection {
+    fn client(&self) -> Result<RaftServiceClient<Channel>, Failure> {
+        self.client.clone().ok_or_else(|| Failure::Unreachable(format!("no valid address for node {}", self.target)))
+    }
+
+    async fn call<T, F>(&self, ttl: Duration, fut: F) -> Result<T, Failure>
+    where
+        F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        match tokio::time::timeout(ttl, fut).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(classify(status)),
+            Err(_) => Err(Failure::Timeout(ttl)),
+        }
+    }
+
+    fn rpc_error(&self, action: RPCTypes, f: Failure) -> RpcError {
+        debug!(target = self.target, ?action, "raft rpc failed");
+        match f {
+            Failure::Unreachable(m) => RpcError::Unreachable(Unreachable::from_string(m)),
+            Failure::Network(m) => RpcError::Network(NetworkError::from_string(m)),
+            Failure::Timeout(timeout) => {
+                RpcError::Timeout(Timeout { action, id: self.local, target: self.target, timeout })
+            }
+        }
+    }
+
+    async fn send_vote(&mut self, pre: bool, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RpcError> {
+        let req = convert::vote_request_to_pb(&rpc);
+        let res = async {
+            let mut client = self.client()?;
+            let resp = if pre {
+                self.call(option.soft_ttl(), client.pre_vote(req)).await?
+            } else {
+                self.call(option.soft_ttl(), client.vote(req)).await?
+            };
+            convert::vote_response_from_pb(resp).map_err(|e| Failure::Network(e.to_string()))
+        }
+        .await;
+        res.map_err(|f| self.rpc_error(RPCTypes::Vote, f))
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for GrpcConnection {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse, RpcError> {
+        let req = convert::append_request_to_pb(&rpc);
+        let res = async {
+            let mut client = self.client()?;
+            let resp = self.call(option.soft_ttl(), client.append_entries(req)).await?;
+            convert::append_response_from_pb(resp).map_err(|e| Failure::Network(e.to_string()))
+        }
+        .await;
+        res.map_err(|f| self.rpc_error(RPCTypes::AppendEntries, f))
+    }
+
+    async fn vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RpcError> {
+        self.send_vote(false, rpc, option).await
+    }
+
+    async fn pre_vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RpcError> {
+        self.send_vote(true, rpc, option).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse, StreamingError> {
+        let total = snapshot.snapshot.len();
+        let mut parts = Vec::with_capacity(1 + total / SNAPSHOT_CHUNK_BYTES + 1);
+        parts.push(pb::InstallSnapshotRequest {
+            part: Some(pb::install_snapshot_request::Part::Header(pb::SnapshotHeader {
+                vote: Some(convert::vote_to_pb(&vote)),
+                meta: Some(convert::snapshot_meta_to_pb(&snapshot.meta)),
+                total_bytes: total as u64,
+            })),
+        });
+        for chunk in snapshot.snapshot.chunks(SNAPSHOT_CHUNK_BYTES) {
+            parts.push(pb::InstallSnapshotRequest {
+                part: Some(pb::install_snapshot_request::Part::Chunk(chunk.to_vec())),
+            });
+        }
+        debug!(target = self.target, bytes = total, chunks = parts.len() - 1, "sending snapshot");
+        let mut client = match self.client() {
+            Ok(c) => c,
+            Err(f) => return Err(self.streaming_error(f)),
+        };
+        let send = self.call(option.hard_ttl(), client.install_snapshot(futures_util::stream::iter(parts)));
+        let resp = tokio::select! {
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            resp = send => resp,
+        };
+        match resp {
+            Ok(r) => match convert::vote_from_pb(r.vote) {
+                Ok(v) => Ok(SnapshotResponse::new(v)),
+                Err(e) => Err(self.streaming_error(Failure::Network(e.to_string()))),
+            },
+            Err(f) => Err(self.streaming_error(f)),
+        }
+    }
+}
+
+impl GrpcConnection {
+    fn streaming_error(&self, f: Failure) -> StreamingError {
+        match f {
+            Failure::Unreachable(m) => StreamingError::Unreachable(Unreachable::from_string(m)),
+            Failure::Network(m) => StreamingError::Network(NetworkError::from_string(m)),
+            Failure::Timeout(timeout) => StreamingError::Timeout(Timeout {
+                action: RPCTypes::InstallSnapshot,
+                id: self.local,
+                target: self.target,
+                timeout,
+            }),
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! [`RaftNode`]: one Raft node with its RocksDB storage and its gRPC server (the Raft
+//! RPCs and the admin service on one listener), ready for a cell or the registry to run
+//! their state machine on.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::network::{NetSnapshot, RaftNetworkFactory};
+use rocksdb::DB;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::{info, warn};
+
+use crate::admin::RaftAdminService;
+use crate::error::{InitError, StartError, WriteError};
+use crate::log_store::LogStore;
+use crate::network::{GrpcNetworkFactory, NetworkOptions};
+use crate::rocks::open_db;
+use crate::service::RaftGrpcService;
+use crate::sm_store::{ReplicatedState, StateHandle, StateMachineStore};
+use crate::types::{Config, Node, NodeId, Raft, RaftMetrics, Request, SnapshotData, SnapshotPolicy, TypeConfig, WaitError};
+
+/// Raft timing and log retention.
+#[derive(Debug, Clone)]
+pub struct RaftTimings {
+    /// Leader heartbeat interval, ms. Default 150.
+    pub heartbeat_ms: u64,
+    /// Election timeout is drawn from [min, max) ms. Default 1000..2000: generous, because
+    /// many nodes share few cores and a starved follower must not start elections.
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// Build a snapshot after this many entries since the last one. Default 5000.
+    pub snapshot_every_logs: u64,
+    /// Entries kept in the log behind the latest snapshot, so a briefly lagging follower
+    /// catches up from the log rather than a snapshot. Default 1000.
+    pub logs_kept_after_snapshot: u64,
+}
+
+impl Default for RaftTimings {
+    fn default() -> Self {
+        RaftTimings {
+            heartbeat_ms: 150,
+            election_min_ms: 1000,
+            election_max_ms: 2000,
+            snapshot_every_logs: 5000,
+            logs_kept_after_snapshot: 1000,
+        }
+    }
+}
+
+/// Everything a node needs to start.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: NodeId,
+    /// Names the group in logs ("cell-us-east-1", "registry").
+    pub cluster_name: String,
+    /// The node's RocksDB directory; created if missing. One node per directory.
+    pub data_dir: PathBuf,
+    /// The address clients are redirected to (host:port). Empty: the Raft address.
+    pub client_addr: String,
+    pub timings: RaftTimings,
+    pub network: NetworkOptions,
+}
+
+impl NodeConfig {
+    pub fn new(node_id: NodeId, cluster_name: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
+        NodeConfig {
+            node_id,
+            cluster_name: cluster_name.into(),
+            data_dir: data_dir.into(),
+            client_addr: String::new(),
+            timings: RaftTimings::default(),
+            network: NetworkOptions::default(),
+        }
+    }
+
+    /// The openraft config, validated (election timeout above heartbeat, etc.).
+    pub fn raft_config(&self) -> Result<Arc<Config>, openraft::ConfigError> {
+        let t = &self.timings;
+        let c = Config {
+            cluster_name: self.cluster_name.clone(),
+            heartbeat_interval: t.heartbeat_ms,
+            election_timeout_min: t.election_min_ms,
+            election_timeout_max: t.election_max_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_logs),
+            max_in_snapshot_log_to_keep: t.logs_kept_after_snapshot,
+            // A node that was cut off or restarted must not bump its term and depose a
+            // healthy leader when it comes back.
+            enable_pre_vote: Some(true),
+            ..Config::default()
+        };
+        Ok(Arc::new(c.validate()?))
+    }
+}
+
+/// What a committed write returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The log index the command was committed and applied at.
+    pub index: u64,
+    /// The state machine's response.
+    pub response: Vec<u8>,
+}
+
+/// The latest metrics of `raft`.
+pub fn current_metrics<S: ReplicatedState>(raft: &Raft<S>) -> RaftMetrics {
+    raft.metrics().borrow_watched().clone()
+}
+
+/// A running Raft node: openraft, RocksDB storage, and a tonic server that serves
+/// `RaftService` and `RaftAdmin` on the listener it was started with.
+pub struct RaftNode<S: ReplicatedState> {
+    id: NodeId,
+    node: Node,
+    raft_addr: SocketAddr,
+    raft: Raft<S>,
+    state: StateHandle<S>,
+    db: Weak<DB>,
+    server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    stop_server: Option<oneshot::Sender<()>>,
+}
+
+impl<S: ReplicatedState> fmt::Debug for RaftNode<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RaftNode").field("id", &self.id).field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
+impl<S: ReplicatedState> RaftNode<S> {
+    /// Starts a node on `listener` (bind it first; port 0 is fine) with the gRPC network.
+    /// `initial` is the empty application state; a persisted snapshot replaces it.
+    pub async fn start(config: NodeConfig, listener: TcpListener, initial: S) -> Result<Self, StartError> {
+        let network = GrpcNetworkFactory::new(config.node_id, config.network.clone());
+        Self::start_with_network(config, listener, initial, network).await
+    }
+
+    /// Like [`RaftNode::start`] with another network factory (the test fault router wraps
+    /// the gRPC network this way).
+    pub async fn start_with_network<N>(
+        config: NodeConfig,
+        listener: TcpListener,
+        initial: S,
+        network: N,
+    ) -> Result<Self, StartError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+        N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
+    {
+        let raft_config = config.raft_config()?;
+        let raft_addr = listener.local_addr()?;
+        let client_addr =
+            if config.client_addr.is_empty() { raft_addr.to_string() } else { config.client_addr.clone() };
+        let node = Node::new(raft_addr.to_string(), client_addr);
+
+        let db = open_db(&config.data_dir)?;
+        let weak_db = Arc::downgrade(&db);
+        let log_store = LogStore::new(db.clone());
+        let sm = StateMachineStore::open(db, initial)?;
+        let state = sm.handle();
+        let raft = Raft::new(config.node_id, raft_config, network, log_store, sm).await?;
+
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let server = tonic::transport::Server::builder()
+            .add_service(RaftGrpcService::new(raft.clone()).into_server(config.network.max_message_bytes))
+            .add_service(RaftAdminService::new(raft.clone()).into_server())
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                let _ = stop_rx.await;
+            });
+        let server = tokio::spawn(server);
+        info!(node_id = config.node_id, %raft_addr, dir = %config.data_dir.display(), "raft node started");
+        Ok(RaftNode {
+            id: config.node_id,
+            node,
+            raft_addr,
+            raft,
+            state,
+            db: weak_db,
+            server: Some(server),
+            stop_server: Some(stop_tx),
+        })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// This node's addresses, as they go into the membership.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    pub fn raft_addr(&self) -> SocketAddr {
+        self.raft_addr
+    }
+
+    /// The openraft handle (metrics, `ensure_linearizable`, membership changes, ...).
+    pub fn raft(&self) -> &Raft<S> {
+        &self.raft
+    }
+
+    /// Read access to the applied application state.
+    pub fn state(&self) -> &StateHandle<S> {
+        &self.state
+    }
+
+    pub fn metrics(&self) -> RaftMetrics {
+        current_metrics(&self.raft)
+    }
+
+    /// Forms a new group with `members` (this node among them). Call on one node only.
+    pub async fn initialize(&self, members: BTreeMap<NodeId, Node>) -> Result<(), InitError> {
+        Ok(self.raft.initialize(members).await?)
+    }
+
+    /// Proposes `payload`; returns once it is committed and applied on this node (the
+    /// leader). A `WriteError::Unknown` or a dropped future means the outcome is unknown.
+    pub async fn write(&self, payload: Vec<u8>) -> Result<Applied, WriteError> {
+        let r = self.raft.client_write(Request { payload }).await?;
+        Ok(Applied { index: r.log_id.index, response: r.data.payload })
+    }
+
+    /// After a restart, waits until this node's state is at least what it was before
+    /// (every entry it may have applied is re-applied). Needs a working quorum.
+    ///
+    /// openraft re-applies up to the persisted committed index by itself; this waits
+    /// until the cluster has re-established a commit covering this node's durable log,
+    /// which also covers entries applied after the last persisted committed index.
+    pub async fn wait_for_recovery(&self, timeout: Duration) -> Result<(), WaitError> {
+        self.raft.wait_for_recovery(Some(timeout)).await.map(|_| ())
+    }
+
+    /// Stops serving, stops Raft, and waits until RocksDB is closed so that the same
+    /// directory can be opened again (a restart in the same process).
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.stop_server.take() {
+            let _ = tx.send(());
+        }
+        if let Some(mut server) = self.server.take() {
+            // Graceful shutdown can hang on a stuck connection (hyper#4170): bounded.
+            if tokio::time::timeout(Duration::from_secs(2), &mut server).await.is_err() {
+                warn!(node_id = self.id, "gRPC server did not stop in 2s; aborting it");
+                server.abort();
+                let _ = server.await;
+            }
+        }
+        if let Err(e) = self.raft.shutdown().await {
+            warn!(node_id = self.id, error = %e, "raft shutdown reported an error");
+        }
+        let id = self.id;
+        let db = self.db.clone();
+        drop(self);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while db.strong_count() > 0 {
+            if tokio::time::Instant::now() > deadline {
+                warn!(node_id = id, "RocksDB still open 10s after shutdown");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        info!(node_id = id, "raft node stopped");
+    }
+}

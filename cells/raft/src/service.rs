@@ -1,0 +1,109 @@
+//! The server side of `holdfast.raft.v1.RaftService`: decodes peer RPCs and hands them to
+//! the local Raft node.
+
+use std::fmt;
+
+use futures_util::StreamExt;
+use holdfast_proto::raft::v1 as pb;
+use holdfast_proto::raft::v1::raft_service_server::{RaftService, RaftServiceServer};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{debug, warn};
+
+use crate::convert;
+use crate::sm_store::ReplicatedState;
+use crate::types::{Raft, Snapshot};
+
+/// Serves the Raft RPCs of one node.
+pub struct RaftGrpcService<S: ReplicatedState> {
+    raft: Raft<S>,
+}
+
+impl<S: ReplicatedState> fmt::Debug for RaftGrpcService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RaftGrpcService").field("node", self.raft.node_id()).finish()
+    }
+}
+
+impl<S: ReplicatedState> RaftGrpcService<S> {
+    pub fn new(raft: Raft<S>) -> Self {
+        RaftGrpcService { raft }
+    }
+
+    /// The tonic service, ready to be added to a `tonic::transport::Server`.
+    pub fn into_server(self, max_message_bytes: usize) -> RaftServiceServer<Self> {
+        RaftServiceServer::new(self)
+            .max_decoding_message_size(max_message_bytes)
+            .max_encoding_message_size(max_message_bytes)
+    }
+}
+
+fn bad_request(e: convert::DecodeError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+/// A fatal error of the local node (shut down or stopped on a storage error): the peer
+/// should treat us as unreachable.
+fn stopped(e: impl fmt::Display) -> Status {
+    Status::unavailable(format!("raft node stopped: {e}"))
+}
+
+#[tonic::async_trait]
+impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
+    async fn append_entries(
+        &self,
+        request: Request<pb::AppendEntriesRequest>,
+    ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+        let req = convert::append_request_from_pb(request.into_inner()).map_err(bad_request)?;
+        let resp = self.raft.append_entries(req).await.map_err(stopped)?;
+        Ok(Response::new(convert::append_response_to_pb(&resp)))
+    }
+
+    async fn vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        let req = convert::vote_request_from_pb(request.into_inner()).map_err(bad_request)?;
+        let resp = self.raft.vote(req).await.map_err(stopped)?;
+        Ok(Response::new(convert::vote_response_to_pb(&resp)))
+    }
+
+    async fn pre_vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        let req = convert::vote_request_from_pb(request.into_inner()).map_err(bad_request)?;
+        let resp = self.raft.pre_vote(req).await.map_err(stopped)?;
+        Ok(Response::new(convert::vote_response_to_pb(&resp)))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<pb::InstallSnapshotRequest>>,
+    ) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
+        use pb::install_snapshot_request::Part;
+        let mut stream = request.into_inner();
+        let header = match stream.next().await {
+            Some(Ok(pb::InstallSnapshotRequest { part: Some(Part::Header(h)) })) => h,
+            Some(Err(e)) => return Err(e),
+            _ => return Err(Status::invalid_argument("InstallSnapshot must start with a header")),
+        };
+        let vote = convert::vote_from_pb(header.vote).map_err(bad_request)?;
+        let meta = convert::snapshot_meta_from_pb(
+            header.meta.ok_or_else(|| Status::invalid_argument("snapshot header without meta"))?,
+        )
+        .map_err(bad_request)?;
+        let total = usize::try_from(header.total_bytes).map_err(|_| Status::invalid_argument("snapshot too large"))?;
+        let mut data = Vec::with_capacity(total);
+        while let Some(msg) = stream.next().await {
+            match msg?.part {
+                Some(Part::Chunk(c)) => data.extend_from_slice(&c),
+                _ => return Err(Status::invalid_argument("InstallSnapshot: a second header or an empty part")),
+            }
+            if data.len() > total {
+                return Err(Status::invalid_argument("snapshot longer than announced"));
+            }
+        }
+        if data.len() != total {
+            // The sender went away half-way: installing a torn snapshot would corrupt state.
+            warn!(got = data.len(), want = total, "truncated snapshot transfer refused");
+            return Err(Status::data_loss(format!("snapshot truncated: {} of {total} bytes", data.len())));
+        }
+        debug!(last_log_id = ?meta.last_log_id, bytes = total, "snapshot received");
+        let resp = self.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: data }).await.map_err(stopped)?;
+        Ok(Response::new(pb::InstallSnapshotResponse { vote: Some(convert::vote_to_pb(&resp.vote)) }))
+    }
+}

@@ -1,0 +1,279 @@
+//! Three (to five) real nodes over gRPC on loopback with RocksDB in temp dirs: replication,
+//! failover, restart and snapshot catch-up, minority partitions, membership changes.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{serial, timings, TestCluster, WAIT};
+use holdfast_proto::raft::v1 as pb;
+use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
+use holdfast_raft::testing::AppendLog;
+use holdfast_raft::types::ServerState;
+use holdfast_raft::{NodeId, RaftTimings, WriteError};
+use tracing::info;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_replicate_to_every_node() {
+    let _serial = serial();
+    let mut c = TestCluster::start(3, timings()).await;
+
+    info!("--- write 50 values through the leader");
+    let mut last = 0;
+    for v in 0..50 {
+        last = c.write(v).await.expect("write").index;
+    }
+
+    info!("--- every node applies all of them, in order");
+    c.wait_applied(&[1, 2, 3], last, "replication").await;
+    let want: Vec<u64> = (0..50).collect();
+    for id in 1..=3 {
+        assert_eq!(c.values(id), want, "node {id}");
+    }
+
+    info!("--- restart the whole group; after recovery no node serves less than before");
+    for id in 1..=3 {
+        c.stop_node(id).await;
+    }
+    for id in 1..=3 {
+        c.start_node(id).await;
+    }
+    for id in 1..=3 {
+        c.nodes[&id].wait_for_recovery(WAIT).await.expect("recovery");
+        assert_eq!(c.values(id), want, "node {id} after restart");
+    }
+    let idx = c.write(50).await.expect("write after restart").index;
+    assert!(idx > last);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_leader_after_leader_shutdown_holds_every_committed_entry() {
+    let _serial = serial();
+    let mut c = TestCluster::start(3, timings()).await;
+
+    info!("--- commit 20 values");
+    let mut acked = Vec::new();
+    for v in 0..20 {
+        c.write(v).await.expect("write");
+        acked.push(v);
+    }
+    let old = c.leader(WAIT).await;
+    let old_term = c.nodes[&old].metrics().current_term;
+
+    info!(old, "--- shut the leader down");
+    c.stop_node(old).await;
+    let rest: Vec<NodeId> = c.nodes.keys().copied().collect();
+    let new = c.leader_among(&rest, WAIT).await;
+    assert_ne!(new, old);
+    assert!(c.nodes[&new].metrics().current_term > old_term, "a new term");
+
+    info!(new, "--- the new leader commits, and holds every acknowledged value");
+    let idx = c.write(20).await.expect("write to new leader").index;
+    acked.push(20);
+    c.wait_applied(&rest, idx, "after failover").await;
+    for id in &rest {
+        assert_eq!(c.values(*id), acked, "node {id}");
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_follower_catches_up_through_a_snapshot() {
+    let _serial = serial();
+    // Snapshot every 20 entries and keep no log behind it: a node that misses more than
+    // that cannot be fed from the log.
+    let t = RaftTimings { snapshot_every_logs: 20, logs_kept_after_snapshot: 0, ..timings() };
+    let mut c = TestCluster::start(3, t).await;
+    for v in 0..10 {
+        c.write(v).await.expect("write");
+    }
+    let leader = c.leader(WAIT).await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let last = c.nodes[&leader].metrics().last_applied.expect("applied").index;
+    c.wait_applied(&[follower], last, "before stop").await;
+    let follower_last_log = c.nodes[&follower].metrics().last_log_index.expect("log");
+
+    info!(follower, "--- stop a follower, write 100 more; the leader snapshots and purges");
+    c.stop_node(follower).await;
+    let mut last = 0;
+    for v in 10..110 {
+        last = c.write(v).await.expect("write").index;
+    }
+    let purged = c
+        .raft(leader)
+        .wait(Some(WAIT))
+        .metrics(
+            |m| m.purged.as_ref().is_some_and(|p| p.index > follower_last_log + 20),
+            "leader purged past the follower's log",
+        )
+        .await
+        .expect("leader purges")
+        .purged
+        .expect("purged")
+        .index;
+
+    info!(follower, purged, "--- restart the follower from its directory");
+    c.start_node(follower).await;
+    c.wait_applied(&[follower], last, "catch-up after restart").await;
+    let want: Vec<u64> = (0..110).collect();
+    assert_eq!(c.values(follower), want);
+    let m = c.nodes[&follower].metrics();
+    let snap = m.snapshot.expect("the follower holds a snapshot").index;
+    assert!(snap >= purged, "caught up through the leader's snapshot ({snap} >= {purged})");
+
+    info!("--- and it keeps following: one more write reaches it");
+    let idx = c.write(110).await.expect("write").index;
+    c.wait_applied(&[1, 2, 3], idx, "after catch-up").await;
+    assert_eq!(c.values(follower).len(), 111);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_cut_off_cannot_commit_while_majority_moves_on() {
+    let _serial = serial();
+    let c = TestCluster::start(3, timings()).await;
+    for v in 0..5 {
+        c.write(v).await.expect("write");
+    }
+    let old = c.leader(WAIT).await;
+    let others: Vec<NodeId> = (1..=3).filter(|id| *id != old).collect();
+    let committed_before = c.nodes[&old].metrics().local_committed.expect("committed").index;
+
+    info!(old, "--- cut the leader off from both followers");
+    c.faults.isolate(old, 1..=3);
+    let isolated_write = tokio::time::timeout(Duration::from_secs(3), c.nodes[&old].write(AppendLog::command(999))).await;
+    match &isolated_write {
+        Err(_elapsed) => info!("isolated write timed out (outcome unknown, as it must be)"),
+        Ok(Err(e)) => info!(error = %e, "isolated write refused"),
+        Ok(Ok(a)) => panic!("a cut-off leader committed a write at {}", a.index),
+    }
+
+    info!("--- the majority elects a new leader and commits");
+    let new = c.leader_among(&others, WAIT).await;
+    let applied = c.nodes[&new].write(AppendLog::command(5)).await.expect("majority write");
+    c.wait_applied(&others, applied.index, "majority").await;
+    let old_m = c.nodes[&old].metrics();
+    assert!(
+        old_m.local_committed.as_ref().map_or(0, |l| l.index) <= committed_before,
+        "the cut-off node committed nothing new: {:?}",
+        old_m.local_committed
+    );
+
+    info!("--- heal; the old leader steps down and converges, without its unknown write");
+    c.faults.heal_all();
+    c.wait_applied(&[old], applied.index, "old leader after heal").await;
+    let leader = c.leader(WAIT).await;
+    assert_ne!(leader, old, "the old leader misses a committed entry; it cannot win an election");
+    let want: Vec<u64> = (0..6).collect();
+    for id in 1..=3 {
+        assert_eq!(c.values(id), want, "node {id}");
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_while_writes_go_on() {
+    let _serial = serial();
+    let mut c = TestCluster::start(3, timings()).await;
+    c.start_node(4).await;
+
+    info!("--- a writer keeps writing through whoever leads");
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let rafts: Vec<(NodeId, holdfast_raft::Raft<AppendLog>)> =
+        c.nodes.iter().map(|(id, n)| (*id, n.raft().clone())).collect();
+    let writer = {
+        let (stop, acked) = (stop.clone(), acked.clone());
+        tokio::spawn(async move {
+            let mut target = 1;
+            let mut v = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let raft = &rafts.iter().find(|(id, _)| *id == target).expect("known node").1;
+                let res = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    raft.client_write(holdfast_raft::Request::new(AppendLog::command(v))),
+                )
+                .await;
+                match res.map(|r| r.map_err(WriteError::from)) {
+                    Ok(Ok(_)) => {
+                        acked.lock().unwrap().push(v);
+                        v += 1;
+                    }
+                    Ok(Err(WriteError::NotLeader { leader_id: Some(l), .. })) => target = l,
+                    // Unknown outcome: move on to a new value, never count it as acked.
+                    _ => {
+                        v += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        })
+    };
+
+    let leader = c.leader_among(&[1, 2, 3], WAIT).await;
+    let admin_addr = format!("http://{}", c.nodes[&leader].raft_addr());
+    let mut admin = RaftAdminClient::connect(admin_addr).await.expect("admin client");
+    let n4 = c.nodes[&4].node().clone();
+
+    info!("--- add node 4 as a learner (blocking until it caught up), over the admin gRPC API");
+    admin
+        .add_learner(pb::AddLearnerRequest {
+            learner: Some(pb::Member { node_id: 4, raft_addr: n4.raft_addr.clone(), client_addr: n4.client_addr.clone() }),
+            blocking: true,
+        })
+        .await
+        .expect("add learner");
+
+    info!("--- promote it: voters {{1,2,3,4}}");
+    admin
+        .change_membership(pb::ChangeMembershipRequest { voters: vec![1, 2, 3, 4], keep_removed_as_learners: false })
+        .await
+        .expect("promote");
+
+    let removed = (1..=3).find(|id| *id != leader).expect("a follower");
+    let voters: Vec<NodeId> = (1..=4).filter(|id| *id != removed).collect();
+    info!(removed, "--- remove a voter");
+    let resp = admin
+        .change_membership(pb::ChangeMembershipRequest { voters: voters.clone(), keep_removed_as_learners: false })
+        .await
+        .expect("remove voter")
+        .into_inner();
+    let m = resp.membership.expect("membership");
+    assert_eq!(m.configs.len(), 1, "joint config finished");
+    assert_eq!(m.configs[0].node_ids, voters);
+    assert!(!m.nodes.contains_key(&removed));
+
+    let metrics = admin.metrics(pb::MetricsRequest {}).await.expect("metrics").into_inner();
+    assert!(metrics.has_leader && metrics.leader_id == leader && metrics.server_state == "Leader");
+    assert_eq!(metrics.membership.expect("membership").configs[0].node_ids, voters);
+
+    info!("--- a few more writes under the new membership, then stop the writer");
+    let seen = acked.lock().unwrap().len();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while acked.lock().unwrap().len() < seen + 10 {
+        assert!(tokio::time::Instant::now() < deadline, "writes stalled after the membership change");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.await.expect("writer");
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 10, "writes went on during the changes: {}", acked.len());
+
+    info!(acked = acked.len(), "--- every acknowledged write is on every remaining voter, once");
+    let last = c.nodes[&leader].metrics().last_applied.expect("applied").index;
+    c.wait_applied(&voters, last, "final").await;
+    for id in &voters {
+        let values = c.values(*id);
+        let set: BTreeSet<u64> = values.iter().copied().collect();
+        assert_eq!(set.len(), values.len(), "node {id}: no value applied twice");
+        for v in &acked {
+            assert!(set.contains(v), "node {id} lacks acknowledged value {v}");
+        }
+    }
+    assert!(matches!(c.nodes[&4].metrics().state, ServerState::Follower | ServerState::Leader), "node 4 votes");
+    c.shutdown().await;
+}

@@ -1,0 +1,99 @@
+//! Leader duties: while this node leads, it owns the lease clock and commits the
+//! decisions the clock makes (expiries, checkpoints, max holds, lock-delays, wait
+//! timeouts). When leadership goes, the clock goes with it; the next leader builds its
+//! own from the replicated state (rule 4).
+
+use crate::cell::Cell;
+use crate::clock::LeaseClock;
+use holdfast_raft::{current_metrics, ReadPolicy};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// The loop wakes at least this often to notice a lost leadership.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Runs until `shutdown` turns true.
+pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        // Wait to become leader.
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            if cell.raft.as_leader().is_ok() {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        let term = current_metrics(&cell.raft).current_term;
+        // Everything earlier leaders committed must be applied before the clock is
+        // built from the state: a read index in this term guarantees that.
+        if let Err(e) = cell.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            warn!(term, error = %e, "could not confirm leadership; not starting leader duties");
+            tokio::time::sleep(TICK).await;
+            continue;
+        }
+        cell.state.read(|m| {
+            let clock = LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval);
+            *cell.hooks.clock.lock().expect("clock lock") = Some(clock);
+        });
+        info!(node_id = cell.node_id, term, "leader duties started: session countdowns resumed");
+        duties(&cell, term, checkpoint_interval, &mut shutdown).await;
+        *cell.hooks.clock.lock().expect("clock lock") = None;
+        info!(node_id = cell.node_id, term, "leader duties stopped");
+    }
+}
+
+async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shutdown: &mut watch::Receiver<bool>) {
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let Ok(leader) = cell.assume_leader() else { return };
+        if current_metrics(&cell.raft).current_term != term {
+            return;
+        }
+        let (commands, next) = {
+            let mut guard = cell.hooks.clock.lock().expect("clock lock");
+            let clock = match guard.as_mut() {
+                Some(c) => c,
+                None => {
+                    // A snapshot replaced the state under us: rebuild from it.
+                    drop(guard);
+                    cell.state.read(|m| {
+                        *cell.hooks.clock.lock().expect("clock lock") =
+                            Some(LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval));
+                    });
+                    continue;
+                }
+            };
+            let now = Instant::now();
+            let mut commands = clock.due(now);
+            commands.extend(clock.checkpoint(now));
+            (commands, clock.next_wakeup())
+        };
+        for cmd in commands {
+            let kind = cmd.kind();
+            match cell.propose(leader, cmd).await {
+                Ok(Ok(_)) => {}
+                // A refusal here means the state moved on (the session already ended):
+                // nothing to do.
+                Ok(Err(e)) => tracing::debug!(kind, error = %e, "timer command refused"),
+                Err(s) => {
+                    warn!(kind, error = %s.message(), "timer command not committed; the clock proposes it again");
+                    break;
+                }
+            }
+        }
+        let sleep = next.saturating_duration_since(Instant::now()).min(TICK);
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}

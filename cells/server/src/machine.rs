@@ -1,0 +1,137 @@
+//! The cell's replicated state as the Raft substrate sees it: the pure lock table plus
+//! the hooks that the server needs to see every apply, in log order, as it happens.
+//!
+//! The lock table stays pure. The hooks are glue: the leader's lease clock (updated in
+//! the same critical section as the state, so a clock and the state it was built from
+//! never disagree), the open calls of queued acquires (woken by their grant), and the
+//! broadcast that feeds Watch streams. None of them can change the replicated state.
+
+use crate::clock::LeaseClock;
+use holdfast_cell_state::{Applied, CellError, CellState, DequeueReason, Entry, Event, EventKind};
+use holdfast_core::{FencingToken, RequestId, SessionId};
+use holdfast_raft::ReplicatedState;
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::{broadcast, oneshot};
+use tracing::error;
+
+/// How a queued acquire ended, for the call that is waiting on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitResult {
+    Granted(FencingToken),
+    Dequeued(DequeueReason),
+}
+
+type WaiterKey = (SessionId, RequestId);
+
+/// Shared between the state machine (which fires them) and the server (which arms them).
+#[derive(Debug)]
+pub struct Hooks {
+    /// `Some` only while this node leads and has built its clock.
+    pub clock: Mutex<Option<LeaseClock>>,
+    waiters: Mutex<HashMap<WaiterKey, Vec<oneshot::Sender<WaitResult>>>>,
+    events: broadcast::Sender<Event>,
+}
+
+impl Hooks {
+    pub fn new() -> Arc<Hooks> {
+        let (events, _) = broadcast::channel(4096);
+        Arc::new(Hooks { clock: Mutex::new(None), waiters: Mutex::new(HashMap::new()), events })
+    }
+
+    /// Arms a wake-up for a queued acquire. Arm it *before* proposing the acquire, so
+    /// a grant that commits before the proposer hears "queued" is not missed.
+    pub fn arm(&self, session: SessionId, request_id: RequestId) -> oneshot::Receiver<WaitResult> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.lock().expect("waiters lock").entry((session, request_id)).or_default().push(tx);
+        rx
+    }
+
+    /// Drops wake-ups whose calls went away.
+    pub fn disarm_closed(&self, session: SessionId, request_id: &RequestId) {
+        let mut w = self.waiters.lock().expect("waiters lock");
+        let key = (session, request_id.clone());
+        if let Some(list) = w.get_mut(&key) {
+            list.retain(|tx| !tx.is_closed());
+            if list.is_empty() {
+                w.remove(&key);
+            }
+        }
+    }
+
+    /// A stream of every event applied from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    fn fire(&self, events: &[Event]) {
+        let mut waiters = self.waiters.lock().expect("waiters lock");
+        for ev in events {
+            let result = match ev.kind {
+                EventKind::Acquired { token, .. } => WaitResult::Granted(token),
+                EventKind::Dequeued { reason } => WaitResult::Dequeued(reason),
+                _ => continue,
+            };
+            if let Some(list) = waiters.remove(&(ev.session, ev.request_id.clone())) {
+                for tx in list {
+                    let _ = tx.send(result);
+                }
+            }
+        }
+        drop(waiters);
+        for ev in events {
+            // No receivers is fine: nobody watches.
+            let _ = self.events.send(ev.clone());
+        }
+    }
+}
+
+/// The lock table plus its hooks.
+#[derive(Debug)]
+pub struct CellMachine {
+    state: CellState,
+    hooks: Arc<Hooks>,
+}
+
+impl CellMachine {
+    pub fn new(hooks: Arc<Hooks>) -> CellMachine {
+        CellMachine { state: CellState::new(), hooks }
+    }
+
+    pub fn state(&self) -> &CellState {
+        &self.state
+    }
+}
+
+impl ReplicatedState for CellMachine {
+    fn apply(&mut self, log_index: u64, payload: &[u8]) -> Vec<u8> {
+        let entry = match Entry::decode(payload) {
+            Ok(e) => e,
+            Err(e) => {
+                // Only a newer release's entry can do this: refuse it, change nothing.
+                error!(log_index, error = %e, "cannot decode a committed cell entry; it changes nothing");
+                let refused = Applied { result: Err(CellError::Unavailable(format!("undecodable entry: {e}"))), events: vec![] };
+                return refused.encode();
+            }
+        };
+        let applied = self.state.apply(&entry);
+        if let Some(clock) = self.hooks.clock.lock().expect("clock lock").as_mut() {
+            clock.on_applied(Instant::now(), &entry.cmd, &applied, &self.state);
+        }
+        self.hooks.fire(&applied.events);
+        applied.encode()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.state.snapshot()
+    }
+
+    fn restore(&mut self, data: &[u8]) -> io::Result<()> {
+        self.state = CellState::restore(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // A clock built from the old state is wrong now; the leader task rebuilds it.
+        *self.hooks.clock.lock().expect("clock lock") = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,380 @@
+//! The LockService of `proto/holdfast/lock/v1`, served by every node of a cell. Writes
+//! and reads go to the leader (others answer `NOT_LEADER` with a hint); a queued
+//! acquire's call stays open until its grant or its timeout commits.
+
+use crate::cell::{cell_status, wall_clock_ms, Cell};
+use crate::clock::Renewal;
+use crate::convert::{self, invalid, lock_name, mode_from, request_id, shard_ref};
+use crate::machine::WaitResult;
+use holdfast_cell_state::{CellError, Command, DequeueReason, Outcome};
+use holdfast_core::{ErrorCode, FencingToken, Revision, SessionId};
+use holdfast_proto::lock::v1 as pb;
+use holdfast_proto::lock::v1::lock_service_server::LockService;
+use holdfast_raft::status;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{debug, info};
+
+/// After a wait's deadline, how long the call waits for the leader's `CancelWait` to
+/// commit before it answers "outcome unknown".
+const WAIT_GRACE: Duration = Duration::from_secs(3);
+/// Longest server-side wait a client may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// Default and largest page of List.
+const LIST_DEFAULT: usize = 1_000;
+/// Metadata that carries the caller's identity for the audit log, until credentials
+/// arrive with the gateway.
+pub const IDENTITY_METADATA: &str = "holdfast-identity";
+
+#[derive(Debug, Clone)]
+pub struct LockApi {
+    cell: Arc<Cell>,
+}
+
+impl LockApi {
+    pub fn new(cell: Arc<Cell>) -> LockApi {
+        LockApi { cell }
+    }
+
+    fn ttl_remaining(&self, session: SessionId) -> u64 {
+        let clock = self.cell.hooks.clock.lock().expect("clock lock");
+        clock.as_ref().and_then(|c| c.remaining(Instant::now(), session)).map_or(0, |d| d.as_millis() as u64)
+    }
+
+    /// One renewal under the session rules. `Ok(remaining)` or the status that ends
+    /// the KeepAlive stream.
+    async fn renew(&self, session: SessionId) -> Result<u64, Status> {
+        for _ in 0..3 {
+            let leader = self.cell.lease_check().await?;
+            let decision = {
+                let mut clock = self.cell.hooks.clock.lock().expect("clock lock");
+                match clock.as_mut() {
+                    Some(c) => c.renew(Instant::now(), session),
+                    None => return Err(status(ErrorCode::Unavailable, "the leader is still starting its clock".into(), None)),
+                }
+            };
+            match decision {
+                Renewal::Confirmed { ttl_remaining } => return Ok(ttl_remaining.as_millis() as u64),
+                Renewal::NeedsClear => {
+                    // Rule 3: the checkpoint that listed it must be superseded first.
+                    if let Err(e) = self.cell.propose(leader, Command::ClearCheckpoint { session }).await? {
+                        return Err(cell_status(&e));
+                    }
+                }
+                Renewal::Unknown => {
+                    let live = self.cell.state.read(|m| m.state().session(session).is_some());
+                    return Err(if live {
+                        status(ErrorCode::SessionExpired, format!("session {session} has expired"), None)
+                    } else {
+                        cell_status(&self.cell.state.read(|m| m.state().dead_session_error(session)))
+                    });
+                }
+            }
+        }
+        Err(status(ErrorCode::Unavailable, "renewal kept racing with checkpoints".into(), None))
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl LockService for LockApi {
+    async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Result<Response<pb::CreateSessionResponse>, Status> {
+        let r = req.into_inner();
+        let (shard, _) = shard_ref(r.shard)?;
+        let leader = self.cell.assume_leader()?;
+        for _ in 0..5 {
+            let session = SessionId(rand::random::<u64>().max(1));
+            let cmd = Command::CreateSession { shard: shard.clone(), session, ttl_ms: r.ttl_ms, label: r.client_label.clone() };
+            match self.cell.propose(leader, cmd).await? {
+                Ok(Outcome::SessionCreated { session, ttl_ms }) => {
+                    info!(session = %session, shard = %shard, ttl_ms, "session created");
+                    return Ok(Response::new(pb::CreateSessionResponse { session_id: session.0, ttl_remaining_ms: ttl_ms }));
+                }
+                Err(CellError::SessionIdInUse(_)) => continue,
+                Err(e) => return Err(cell_status(&e)),
+                Ok(other) => return Err(unexpected(other)),
+            }
+        }
+        Err(status(ErrorCode::Unavailable, "could not draw a free session id".into(), None))
+    }
+
+    type KeepAliveStream = BoxStream<pb::KeepAliveResponse>;
+
+    async fn keep_alive(&self, req: Request<Streaming<pb::KeepAliveRequest>>) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let mut inbound = req.into_inner();
+        let (tx, rx) = mpsc::channel(8);
+        let api = self.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = inbound.next().await {
+                let Ok(msg) = msg else { break };
+                let session = SessionId(msg.session_id);
+                let reply = api.renew(session).await.map(|ttl| pb::KeepAliveResponse { session_id: session.0, ttl_remaining_ms: ttl });
+                let end = reply.is_err();
+                if tx.send(reply).await.is_err() || end {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn close_session(&self, req: Request<pb::CloseSessionRequest>) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        let session = SessionId(req.into_inner().session_id);
+        let leader = self.cell.assume_leader()?;
+        match self.cell.propose(leader, Command::CloseSession { session }).await? {
+            Ok(_) => Ok(Response::new(pb::CloseSessionResponse {})),
+            Err(e) => Err(cell_status(&e)),
+        }
+    }
+
+    async fn acquire(&self, req: Request<pb::AcquireRequest>) -> Result<Response<pb::AcquireResponse>, Status> {
+        let started = Instant::now();
+        let r = req.into_inner();
+        let (shard, epoch) = shard_ref(r.shard)?;
+        let name = lock_name(r.name)?;
+        let rid = request_id(r.request_id)?;
+        let mode = mode_from(r.mode)?;
+        let session = SessionId(r.session_id);
+        let wait = Duration::from_millis(r.wait_timeout_ms);
+        if wait > MAX_WAIT {
+            return Err(invalid(format!("wait_timeout_ms {} exceeds {} ms", r.wait_timeout_ms, MAX_WAIT.as_millis())));
+        }
+        let leader = self.cell.assume_leader()?;
+        // Armed before proposing: a grant may commit before we hear "queued".
+        let woken = (!wait.is_zero()).then(|| self.cell.hooks.arm(session, rid.clone()));
+        let cmd = Command::Acquire {
+            shard: shard.clone(),
+            epoch,
+            name: name.clone(),
+            session,
+            mode,
+            request_id: rid.clone(),
+            value: r.value,
+            wait: !wait.is_zero(),
+        };
+        let outcome = self.cell.propose(leader, cmd).await;
+        let granted = |token: FencingToken| {
+            debug!(shard = %shard, lock = %name, session = %session, token = token.0, "granted");
+            Ok(Response::new(pb::AcquireResponse {
+                token: token.0,
+                ttl_remaining_ms: self.ttl_remaining(session),
+                epoch: token.epoch().0,
+                unfenced: false,
+            }))
+        };
+        let result = match outcome? {
+            Ok(Outcome::Granted { token }) => granted(token),
+            Ok(Outcome::Queued { .. }) => {
+                let woken = woken.expect("queued only when waiting");
+                if let Some(clock) = self.cell.hooks.clock.lock().expect("clock lock").as_mut() {
+                    clock.track_wait(session, rid.clone(), started + wait);
+                }
+                match tokio::time::timeout(wait.saturating_sub(started.elapsed()) + WAIT_GRACE, woken).await {
+                    Ok(Ok(WaitResult::Granted(token))) => granted(token),
+                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Timeout))) => {
+                        Err(status(ErrorCode::Timeout, format!("not granted within {} ms", wait.as_millis()), None))
+                    }
+                    Ok(Ok(WaitResult::Dequeued(DequeueReason::SessionEnded))) => {
+                        Err(status(ErrorCode::SessionExpired, format!("session {session} ended while waiting"), None))
+                    }
+                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Moved))) => {
+                        Err(status(ErrorCode::NotOwner, format!("shard {shard} moved while waiting"), None))
+                    }
+                    // The timeout's commit did not arrive: the outcome is unknown, never "absent".
+                    _ => Err(status(
+                        ErrorCode::Unavailable,
+                        "wait outcome unknown (leader change?); retry with the same request_id".into(),
+                        None,
+                    )),
+                }
+            }
+            Ok(Outcome::HoldEnded { token, reason }) => Err(status(
+                ErrorCode::NotHolder,
+                format!("request {rid} was granted token {} and that hold has ended ({reason})", token.0),
+                None,
+            )),
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => Err(cell_status(&e)),
+        };
+        self.cell.hooks.disarm_closed(session, &rid);
+        result
+    }
+
+    async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let r = req.into_inner();
+        let (shard, _) = shard_ref(r.shard)?;
+        let name = lock_name(r.name)?;
+        let leader = self.cell.assume_leader()?;
+        match self.cell.propose(leader, Command::Release { shard, name, token: FencingToken(r.token) }).await? {
+            Ok(_) => Ok(Response::new(pb::ReleaseResponse {})),
+            Err(e) => Err(cell_status(&e)),
+        }
+    }
+
+    async fn describe(&self, req: Request<pb::DescribeRequest>) -> Result<Response<pb::DescribeResponse>, Status> {
+        let r = req.into_inner();
+        let (shard, _) = shard_ref(r.shard)?;
+        let name = lock_name(r.name)?;
+        let (view, config) = self
+            .cell
+            .read(|st| st.describe(&shard, &name).map(|v| (v, st.namespace(&shard.ns).cloned().expect("describe checked it"))))
+            .await?
+            .map_err(|e| cell_status(&e))?;
+        let now = wall_clock_ms();
+        Ok(Response::new(pb::DescribeResponse {
+            name: view.name.to_string(),
+            holders: view.holders.iter().map(|h| convert::holder(h, now)).collect(),
+            waiters: view.waiters.iter().map(convert::waiter).collect(),
+            token_floor: view.token_floor.0,
+            intent: convert::intent_to(config.intent),
+            posture: convert::posture_to(config.posture),
+            epoch: view.epoch.0,
+            last_break: view.last_break.map(|b| pb::BreakRecord {
+                token: b.ended.first().map_or(0, |(_, t)| t.0),
+                session_id: b.ended.first().map_or(0, |(s, _)| s.0),
+                by: b.by,
+                reason: b.reason,
+                new_floor: b.new_floor.0,
+                at_unix_ms: b.at_unix_ms,
+            }),
+            lock_delayed: view.delayed,
+            revision: view.revision.0,
+        }))
+    }
+
+    async fn list(&self, req: Request<pb::ListRequest>) -> Result<Response<pb::ListResponse>, Status> {
+        let r = req.into_inner();
+        let (shard, _) = shard_ref(r.shard)?;
+        let limit = if r.limit == 0 { LIST_DEFAULT } else { (r.limit as usize).min(LIST_DEFAULT) };
+        let (locks, truncated) = self.cell.read(|st| st.list(&shard, &r.prefix, limit)).await?.map_err(|e| cell_status(&e))?;
+        let now = wall_clock_ms();
+        Ok(Response::new(pb::ListResponse {
+            locks: locks
+                .iter()
+                .map(|l| pb::LockSummary {
+                    name: l.name.to_string(),
+                    holders: l.holders.iter().map(|h| convert::holder(h, now)).collect(),
+                    waiters: l.waiters.len() as u32,
+                })
+                .collect(),
+            truncated,
+        }))
+    }
+
+    async fn list_sessions(&self, req: Request<pb::ListSessionsRequest>) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let (shard, _) = shard_ref(req.into_inner().shard)?;
+        let sessions = self.cell.read(|st| st.list_sessions(&shard)).await?;
+        Ok(Response::new(pb::ListSessionsResponse {
+            sessions: sessions
+                .into_iter()
+                .map(|s| pb::SessionInfo {
+                    session_id: s.session.0,
+                    ttl_ms: s.ttl_ms,
+                    client_label: s.label,
+                    holds: s.holds as u32,
+                    waits: s.waits as u32,
+                    created_unix_ms: s.created_at_unix_ms,
+                })
+                .collect(),
+        }))
+    }
+
+    type WatchStream = BoxStream<pb::WatchResponse>;
+
+    async fn watch(&self, req: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let r = req.into_inner();
+        let (shard, _) = shard_ref(r.shard)?;
+        let name = lock_name(r.name)?;
+        // Subscribe before reading the history, so no event falls between the two.
+        let mut live = self.cell.hooks.subscribe();
+        let from = Revision(r.from_revision);
+        let (start, history) = self
+            .cell
+            .read(|st| {
+                let start = if from.0 == 0 { st.revision() } else { from };
+                (start, st.events_after(start, Some((&shard, &name))))
+            })
+            .await?;
+        let history = history.map_err(|c| {
+            status(ErrorCode::InvalidArgument, format!("{c}; re-read with Describe and watch from {}", c.oldest.0), None)
+        })?;
+        let (tx, rx) = mpsc::channel(64);
+        let cell = self.cell.clone();
+        tokio::spawn(async move {
+            let mut last = history.last().map_or(start, |e| e.revision);
+            if !history.is_empty() {
+                let events = history.iter().map(convert::event).collect();
+                if tx.send(Ok(pb::WatchResponse { events, compact_revision: 0 })).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                let batch = match live.recv().await {
+                    Ok(ev) if ev.revision > last && ev.shard == shard && ev.name == name => vec![ev],
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        // Fell behind the broadcast: catch up from the retained history.
+                        match cell.state.read(|m| m.state().events_after(last, Some((&shard, &name)))) {
+                            Ok(evs) => evs,
+                            Err(c) => {
+                                let _ = tx.send(Ok(pb::WatchResponse { events: vec![], compact_revision: c.oldest.0 })).await;
+                                return;
+                            }
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                let batch: Vec<_> = batch.into_iter().filter(|e| e.revision > last).collect();
+                let Some(newest) = batch.last() else { continue };
+                last = newest.revision;
+                let events = batch.iter().map(convert::event).collect();
+                if tx.send(Ok(pb::WatchResponse { events, compact_revision: 0 })).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn check_token(&self, req: Request<pb::CheckTokenRequest>) -> Result<Response<pb::CheckTokenResponse>, Status> {
+        let r = req.into_inner();
+        let (shard, _) = shard_ref(r.shard)?;
+        let name = lock_name(r.name)?;
+        let current = self.cell.read(|st| st.check_token(&shard, &name, FencingToken(r.token))).await?.map_err(|e| cell_status(&e))?;
+        let status = if current { pb::TokenStatus::Current } else { pb::TokenStatus::Stale };
+        Ok(Response::new(pb::CheckTokenResponse { status: status as i32 }))
+    }
+
+    async fn break_lock(&self, req: Request<pb::BreakLockRequest>) -> Result<Response<pb::BreakLockResponse>, Status> {
+        let by = req
+            .metadata()
+            .get(IDENTITY_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| req.remote_addr().map(|a| format!("anonymous@{a}")))
+            .unwrap_or_else(|| "anonymous".into());
+        let r = req.into_inner();
+        let (shard, _) = shard_ref(r.shard)?;
+        let name = lock_name(r.name)?;
+        let leader = self.cell.assume_leader()?;
+        let cmd = Command::BreakLock { shard: shard.clone(), name: name.clone(), by: by.clone(), reason: r.reason.clone() };
+        match self.cell.propose(leader, cmd).await? {
+            Ok(Outcome::Broken { floor, ended }) => {
+                info!(shard = %shard, lock = %name, by = %by, reason = %r.reason, ended = ?ended, floor = floor.0, "lock broken by an administrator");
+                Ok(Response::new(pb::BreakLockResponse { new_floor: floor.0 }))
+            }
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => Err(cell_status(&e)),
+        }
+    }
+}
+
+fn unexpected(o: Outcome) -> Status {
+    status(ErrorCode::Unavailable, format!("internal: unexpected outcome {o:?}"), None)
+}

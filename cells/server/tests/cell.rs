@@ -1,0 +1,202 @@
+//! A 3-node cell over real gRPC on loopback, RocksDB in temp dirs. Each test reads as
+//! phases; names say which failure they pin.
+
+mod common;
+
+use common::*;
+use holdfast_proto::lock::v1 as pb;
+use std::time::{Duration, Instant};
+use tracing::info;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_survives_leader_kill_and_next_grant_is_larger() {
+    let _g = serial();
+    let mut cell = TestCell::start(0).await;
+    let l1 = cell.leader().await;
+    let mut c = cell.client(l1).await;
+
+    info!("--- A acquires on the first leader");
+    let a = create_session(&mut c, TTL_MS).await;
+    let ta = c.acquire(acquire_req(a, "settle", "a-1", 0)).await.unwrap().into_inner().token;
+
+    info!("--- kill the leader");
+    cell.stop_node(l1).await;
+    let l2 = cell.leader().await;
+    assert_ne!(l1, l2);
+    let mut c2 = cell.client(l2).await;
+
+    info!("--- the new leader knows the holder, and A keeps its session by renewing there");
+    let d = c2.describe(pb::DescribeRequest { shard: shard(), name: "settle".into() }).await.unwrap().into_inner();
+    assert_eq!(d.holders.iter().map(|h| (h.session_id, h.token)).collect::<Vec<_>>(), vec![(a, ta)]);
+    assert_eq!(renew(&mut c2, a).await.unwrap(), TTL_MS);
+
+    info!("--- B queues; A releases; B's token is larger");
+    let b = create_session(&mut c2, TTL_MS).await;
+    let mut cb = c2.clone();
+    let waiter = tokio::spawn(async move { cb.acquire(acquire_req(b, "settle", "b-1", 10_000)).await });
+    // B is queued once Describe shows it.
+    let deadline = Instant::now() + WAIT;
+    while c2.describe(pb::DescribeRequest { shard: shard(), name: "settle".into() }).await.unwrap().into_inner().waiters.is_empty() {
+        assert!(Instant::now() < deadline, "B never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c2.release(pb::ReleaseRequest { shard: shard(), name: "settle".into(), token: ta }).await.unwrap();
+    let tb = waiter.await.unwrap().unwrap().into_inner().token;
+    assert!(tb > ta, "{tb} should exceed {ta}");
+    cell.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_session_loses_lock_after_ttl_not_before_and_waiter_gets_larger_token() {
+    let _g = serial();
+    let cell = TestCell::start(0).await;
+    let l = cell.leader().await;
+    let mut c = cell.client(l).await;
+    let a = create_session(&mut c, TTL_MS).await;
+    let ta = c.acquire(acquire_req(a, "settle", "a-1", 0)).await.unwrap().into_inner().token;
+
+    info!("--- A renews once, then stops (a paused process)");
+    let sent = Instant::now();
+    let remaining = renew(&mut c, a).await.unwrap();
+    let a_deadline = sent + Duration::from_millis(remaining);
+
+    info!("--- B waits for the lock");
+    let b = create_session(&mut c, 10_000.min(TTL_MS * 3)).await;
+    let mut keep = c.clone();
+    let keeper = tokio::spawn(async move {
+        // B stays alive while it waits.
+        loop {
+            if renew(&mut keep, b).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+        }
+    });
+    let got = c.acquire(acquire_req(b, "settle", "b-1", 15_000)).await.unwrap().into_inner();
+    let granted_at = Instant::now();
+    keeper.abort();
+    assert!(granted_at >= a_deadline, "B was granted {:?} before A's deadline", a_deadline - granted_at);
+    assert!(got.token > ta);
+    let bound = Duration::from_millis(TTL_MS + 2 * CHECKPOINT_MS + 1_000);
+    assert!(granted_at - sent <= bound, "A outlived its TTL: {:?}", granted_at - sent);
+    let e = c.acquire(acquire_req(a, "other", "a-2", 0)).await.unwrap_err();
+    assert_eq!(code(&e), "SESSION_EXPIRED");
+    cell.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deposed_leader_confirms_no_renewal_and_grants_nothing() {
+    let _g = serial();
+    let cell = TestCell::start(0).await;
+    let old = cell.leader().await;
+    let mut c_old = cell.client(old).await;
+    let a = create_session(&mut c_old, TTL_MS).await;
+
+    info!("--- cut the leader off from both followers");
+    let others: Vec<u64> = cell.nodes.keys().copied().filter(|id| *id != old).collect();
+    cell.faults.isolate(old, others.clone());
+    let new = cell.leader_among(&others).await;
+
+    info!("--- the old leader refuses renewals and grants nothing");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match renew(&mut c_old, a).await {
+            Err(e) => {
+                assert!(["NOT_LEADER", "UNAVAILABLE"].contains(&code(&e).as_str()), "{e:?}");
+                break;
+            }
+            Ok(_) => {
+                // Still inside its leader lease: allowed, but not for long.
+                assert!(Instant::now() < deadline, "the cut-off leader kept confirming renewals");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let acq = tokio::time::timeout(Duration::from_secs(10), c_old.acquire(acquire_req(a, "x", "a-1", 0))).await;
+    match acq {
+        Ok(Ok(r)) => panic!("the deposed leader granted token {}", r.into_inner().token),
+        Ok(Err(e)) => assert!(["NOT_LEADER", "UNAVAILABLE"].contains(&code(&e).as_str()), "{e:?}"),
+        Err(_) => {} // hung without a quorum: no grant
+    }
+
+    info!("--- heal: the old leader follows, and still never granted");
+    cell.faults.heal_all();
+    let mut c_new = cell.client(new).await;
+    let d = c_new.describe(pb::DescribeRequest { shard: shard(), name: "x".into() }).await.unwrap().into_inner();
+    assert!(d.holders.is_empty(), "a grant from the deposed leader survived: {:?}", d.holders);
+    cell.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_resumed_from_a_revision_misses_no_event() {
+    let _g = serial();
+    let cell = TestCell::start(0).await;
+    let l = cell.leader().await;
+    let mut c = cell.client(l).await;
+    let a = create_session(&mut c, TTL_MS).await;
+    let mut w = c.watch(pb::WatchRequest { shard: shard(), name: "k".into(), from_revision: 0 }).await.unwrap().into_inner();
+    let t1 = c.acquire(acquire_req(a, "k", "r1", 0)).await.unwrap().into_inner().token;
+    let first = w.message().await.unwrap().unwrap();
+    let rev1 = first.events[0].revision;
+    assert_eq!(first.events[0].kind, pb::EventKind::Acquired as i32);
+    drop(w);
+
+    info!("--- events happen while nobody watches");
+    c.release(pb::ReleaseRequest { shard: shard(), name: "k".into(), token: t1 }).await.unwrap();
+    let t2 = c.acquire(acquire_req(a, "k", "r2", 0)).await.unwrap().into_inner().token;
+
+    info!("--- resume from the revision seen");
+    let mut w = c.watch(pb::WatchRequest { shard: shard(), name: "k".into(), from_revision: rev1 }).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.extend(w.message().await.unwrap().unwrap().events);
+    }
+    assert_eq!(seen[0].kind, pb::EventKind::Ended as i32);
+    assert_eq!((seen[0].token, seen[0].reason), (t1, pb::EndReason::Released as i32));
+    assert_eq!((seen[1].kind, seen[1].token), (pb::EventKind::Acquired as i32, t2));
+    assert!(seen.windows(2).all(|p| p[0].revision < p[1].revision) && seen[0].revision > rev1);
+    cell.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_their_codes_and_change_nothing() {
+    let _g = serial();
+    let cell = TestCell::start(0).await;
+    let l = cell.leader().await;
+    let mut c = cell.client(l).await;
+    let a = create_session(&mut c, TTL_MS).await;
+    let status_before = holdfast_proto::admin::v1::cell_admin_client::CellAdminClient::new(cell.channel(l).await)
+        .status(holdfast_proto::admin::v1::CellStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+
+    let mut bad_ns = acquire_req(a, "k", "r", 0);
+    bad_ns.shard = Some(pb::ShardRef { ns: "nope".into(), shard: "default".into(), epoch: 0 });
+    assert_eq!(code(&c.acquire(bad_ns).await.unwrap_err()), "UNKNOWN_NAMESPACE");
+    assert_eq!(code(&c.acquire(acquire_req(424242, "k", "r", 0)).await.unwrap_err()), "UNKNOWN_SESSION");
+    let e = c.create_session(pb::CreateSessionRequest { shard: shard(), ttl_ms: 10, client_label: String::new() }).await.unwrap_err();
+    assert_eq!(code(&e), "INVALID_ARGUMENT");
+    let e = c.acquire(acquire_req(a, &"n".repeat(20 * 1024), "r", 0)).await.unwrap_err();
+    assert_eq!(code(&e), "INVALID_ARGUMENT");
+    assert!(e.message().contains("20480"), "{}", e.message());
+    let mut big = acquire_req(a, "k", "r", 0);
+    big.value = vec![0; 4096];
+    assert_eq!(code(&c.acquire(big).await.unwrap_err()), "INVALID_ARGUMENT");
+    let mut bad_shard = acquire_req(a, "k", "r", 0);
+    bad_shard.shard = Some(pb::ShardRef { ns: "BAD NS".into(), shard: String::new(), epoch: 0 });
+    assert_eq!(code(&c.acquire(bad_shard).await.unwrap_err()), "INVALID_ARGUMENT");
+    let mut stale = acquire_req(a, "k", "r", 0);
+    stale.shard = Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 9 });
+    assert_eq!(code(&c.acquire(stale).await.unwrap_err()), "STALE_EPOCH");
+    let e = c.release(pb::ReleaseRequest { shard: shard(), name: "k".into(), token: 12345 }).await.unwrap_err();
+    assert_eq!(code(&e), "NOT_HOLDER");
+
+    let status_after = holdfast_proto::admin::v1::cell_admin_client::CellAdminClient::new(cell.channel(l).await)
+        .status(holdfast_proto::admin::v1::CellStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status_before, status_after, "a refused request changed the cell");
+    cell.shutdown().await;
+}

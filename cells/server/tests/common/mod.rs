@@ -1,0 +1,176 @@
+//! A 3-node cell of real `CellServer`s: RocksDB in temp dirs, gRPC on loopback, the
+//! fault router between nodes. Waits are on conditions with deadlines.
+
+#![allow(dead_code)]
+
+use holdfast_cell::{CellConfig, CellServer};
+use holdfast_proto::admin::v1 as apb;
+use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
+use holdfast_proto::lock::v1 as pb;
+use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
+use holdfast_raft::testing::Faults;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+
+pub const WAIT: Duration = Duration::from_secs(20);
+pub const TTL_MS: u64 = 3_000;
+pub const CHECKPOINT_MS: u64 = 500;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Cell tests run one at a time: parallel clusters on 2 cores starve heartbeats.
+pub fn serial() -> MutexGuard<'static, ()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,holdfast_cell=info".into()))
+        .with_test_writer()
+        .try_init();
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn code(s: &tonic::Status) -> String {
+    s.metadata().get("holdfast-code").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+}
+
+pub struct TestCell {
+    pub faults: Arc<Faults>,
+    pub nodes: BTreeMap<u64, CellServer>,
+    raft_addrs: BTreeMap<u64, SocketAddr>,
+    client_addrs: BTreeMap<u64, SocketAddr>,
+    root: TempDir,
+}
+
+impl TestCell {
+    /// Starts nodes 1..=3, forms the cell, serves namespace `pay` (lock-delay as
+    /// given) with shard `default` at epoch 1.
+    pub async fn start(lock_delay_ms: u64) -> TestCell {
+        let mut c = TestCell {
+            faults: Faults::new(),
+            nodes: BTreeMap::new(),
+            raft_addrs: BTreeMap::new(),
+            client_addrs: BTreeMap::new(),
+            root: tempfile::tempdir().unwrap(),
+        };
+        for id in 1..=3 {
+            c.start_node(id).await;
+        }
+        let members = c.nodes.iter().map(|(id, n)| (*id, n.node().clone())).collect();
+        c.nodes[&1].initialize(members).await.unwrap();
+        let leader = c.leader().await;
+        let mut admin = CellAdminClient::new(c.channel(leader).await);
+        admin
+            .apply_namespace(apb::ApplyNamespaceRequest {
+                config: Some(apb::NamespaceConfig {
+                    name: "pay".into(),
+                    owner: "team-pay".into(),
+                    intent: pb::Intent::Correctness as i32,
+                    lock_delay_ms,
+                    version: 1,
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap();
+        admin.adopt_shard(apb::AdoptShardRequest { ns: "pay".into(), shard: "default".into(), epoch: 1, delayed_locks: vec![] }).await.unwrap();
+        c
+    }
+
+    fn config(&self, id: u64) -> CellConfig {
+        CellConfig {
+            node_id: id,
+            cell: "test".into(),
+            region: "local".into(),
+            data_dir: self.root.path().join(format!("node-{id}")),
+            raft_addr: "127.0.0.1:0".into(),
+            client_addr: "127.0.0.1:0".into(),
+            advertise_raft_addr: None,
+            advertise_client_addr: None,
+            heartbeat_ms: 100,
+            election_min_ms: 1_000,
+            election_max_ms: 2_000,
+            checkpoint_interval_ms: CHECKPOINT_MS,
+            snapshot_every_logs: 5_000,
+            shutdown_deadline_ms: 5_000,
+        }
+    }
+
+    /// Starts (or restarts on its old addresses and data) node `id`.
+    pub async fn start_node(&mut self, id: u64) {
+        let raft = TcpListener::bind(self.raft_addrs.get(&id).copied().unwrap_or("127.0.0.1:0".parse().unwrap())).await.unwrap();
+        let client = TcpListener::bind(self.client_addrs.get(&id).copied().unwrap_or("127.0.0.1:0".parse().unwrap())).await.unwrap();
+        self.raft_addrs.insert(id, raft.local_addr().unwrap());
+        self.client_addrs.insert(id, client.local_addr().unwrap());
+        let server = CellServer::start_with_faults(&self.config(id), raft, client, self.faults.clone()).await.unwrap();
+        self.nodes.insert(id, server);
+    }
+
+    pub async fn stop_node(&mut self, id: u64) {
+        if let Some(n) = self.nodes.remove(&id) {
+            n.shutdown().await;
+        }
+    }
+
+    /// The node that leads and runs its lease clock, among the running ones.
+    pub async fn leader(&self) -> u64 {
+        self.leader_among(&self.nodes.keys().copied().collect::<Vec<_>>()).await
+    }
+
+    pub async fn leader_among(&self, ids: &[u64]) -> u64 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(id) = ids.iter().find(|id| self.nodes.get(id).is_some_and(|n| n.leads())) {
+                return *id;
+            }
+            assert!(Instant::now() < deadline, "no leader among {ids:?} within {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn channel(&self, id: u64) -> Channel {
+        Channel::from_shared(format!("http://{}", self.client_addrs[&id])).unwrap().connect().await.unwrap()
+    }
+
+    pub async fn client(&self, id: u64) -> LockServiceClient<Channel> {
+        LockServiceClient::new(self.channel(id).await)
+    }
+
+    pub async fn shutdown(mut self) {
+        for id in self.nodes.keys().copied().collect::<Vec<_>>() {
+            self.stop_node(id).await;
+        }
+    }
+}
+
+pub fn shard() -> Option<pb::ShardRef> {
+    Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 0 })
+}
+
+pub async fn create_session(c: &mut LockServiceClient<Channel>, ttl_ms: u64) -> u64 {
+    c.create_session(pb::CreateSessionRequest { shard: shard(), ttl_ms, client_label: "test".into() }).await.unwrap().into_inner().session_id
+}
+
+pub fn acquire_req(session: u64, name: &str, rid: &str, wait_ms: u64) -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        shard: shard(),
+        name: name.into(),
+        session_id: session,
+        mode: pb::Mode::Exclusive as i32,
+        wait_timeout_ms: wait_ms,
+        request_id: rid.into(),
+        value: b"worker".to_vec(),
+    }
+}
+
+/// One KeepAlive round trip on a fresh stream.
+pub async fn renew(c: &mut LockServiceClient<Channel>, session: u64) -> Result<u64, tonic::Status> {
+    let req = tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: session }]);
+    let mut stream = c.keep_alive(req).await?.into_inner();
+    match stream.message().await? {
+        Some(r) => Ok(r.ttl_remaining_ms),
+        None => Err(tonic::Status::unavailable("keepalive stream ended")),
+    }
+}

@@ -1,0 +1,142 @@
+//! `holdfast cell run|init|status`: a cell node's lifecycle.
+
+use clap::{Args, Subcommand};
+use holdfast_cell::{CellConfig, CellServer};
+use holdfast_proto::raft::v1 as rpb;
+use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
+use std::path::PathBuf;
+use std::time::Duration;
+use tracing::{info, warn};
+
+#[derive(Debug, Subcommand)]
+pub enum CellCmd {
+    /// Run one node of a cell until SIGINT or SIGTERM.
+    ///
+    /// Example: holdfast cell run --config cell-1.toml --node-id 1
+    Run(RunArgs),
+    /// Form a new cell from its first voters (once, on any one of them).
+    ///
+    /// Example: holdfast cell init --raft-endpoint 127.0.0.1:7101 \
+    ///            --member 1=127.0.0.1:7101,127.0.0.1:7001 --member 2=... --member 3=...
+    Init(InitArgs),
+    /// Show a node's Raft state: leader, term, commit index.
+    ///
+    /// Example: holdfast cell status --raft-endpoint 127.0.0.1:7101
+    Status {
+        #[arg(long, env = "HOLDFAST_RAFT_ENDPOINT")]
+        raft_endpoint: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// TOML file with the node's settings (see docs/runbooks/cell-bootstrap.md).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    node_id: Option<u64>,
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    #[arg(long)]
+    raft_addr: Option<String>,
+    #[arg(long)]
+    client_addr: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Raft address of the node that performs the initialization.
+    #[arg(long, env = "HOLDFAST_RAFT_ENDPOINT")]
+    raft_endpoint: String,
+    /// ID=RAFT_ADDR,CLIENT_ADDR, once per first voter.
+    #[arg(long = "member", required = true)]
+    members: Vec<String>,
+}
+
+pub async fn run(cmd: CellCmd) -> Result<(), String> {
+    match cmd {
+        CellCmd::Run(a) => run_node(a).await,
+        CellCmd::Init(a) => init(a).await,
+        CellCmd::Status { raft_endpoint } => status(raft_endpoint).await,
+    }
+}
+
+async fn run_node(a: RunArgs) -> Result<(), String> {
+    let mut overrides = Vec::new();
+    if let Some(v) = a.node_id {
+        overrides.push(("node_id", v.to_string()));
+    }
+    if let Some(v) = a.data_dir {
+        overrides.push(("data_dir", v.display().to_string()));
+    }
+    if let Some(v) = a.raft_addr {
+        overrides.push(("raft_addr", v));
+    }
+    if let Some(v) = a.client_addr {
+        overrides.push(("client_addr", v));
+    }
+    let cfg = CellConfig::load(a.config.as_deref(), &overrides).map_err(|e| e.to_string())?;
+    let server = CellServer::start(&cfg).await.map_err(|e| format!("cannot start the node: {e}"))?;
+    println!("cell {} node {} up: raft {} client {}", cfg.cell, cfg.node_id, server.raft_addr(), server.client_addr());
+    wait_for_signal().await;
+    info!("shutting down (a second signal exits at once)");
+    tokio::spawn(async {
+        wait_for_signal().await;
+        warn!("second signal: exiting now");
+        std::process::exit(130);
+    });
+    server.shutdown().await;
+    Ok(())
+}
+
+/// SIGINT or SIGTERM, whichever comes first (FIELD-NOTES: SIGTERM must be handled).
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+async fn admin(endpoint: &str) -> Result<RaftAdminClient<tonic::transport::Channel>, String> {
+    let ch = tonic::transport::Channel::from_shared(format!("http://{endpoint}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .map_err(|e| format!("cannot reach {endpoint}: {e}"))?;
+    Ok(RaftAdminClient::new(ch))
+}
+
+async fn init(a: InitArgs) -> Result<(), String> {
+    let mut members = Vec::new();
+    for m in &a.members {
+        let (id, addrs) = m.split_once('=').ok_or_else(|| format!("--member {m:?}: expected ID=RAFT_ADDR,CLIENT_ADDR"))?;
+        let (raft, client) = addrs.split_once(',').ok_or_else(|| format!("--member {m:?}: expected ID=RAFT_ADDR,CLIENT_ADDR"))?;
+        let node_id = id.parse().map_err(|_| format!("--member {m:?}: {id:?} is not a node id"))?;
+        members.push(rpb::Member { node_id, raft_addr: raft.into(), client_addr: client.into() });
+    }
+    admin(&a.raft_endpoint)
+        .await?
+        .initialize(rpb::InitializeRequest { members })
+        .await
+        .map_err(|s| format!("initialize refused: {}", s.message()))?;
+    println!("cell initialized with {} voters", a.members.len());
+    Ok(())
+}
+
+async fn status(endpoint: String) -> Result<(), String> {
+    let m = admin(&endpoint).await?.metrics(rpb::MetricsRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner();
+    let out = serde_json::json!({
+        "node_id": m.node_id,
+        "state": m.server_state,
+        "term": m.current_term,
+        "leader": m.has_leader.then_some(m.leader_id),
+        "leader_client_addr": m.leader_client_addr,
+        "commit_index": m.has_committed.then_some(m.commit_index),
+        "last_applied": m.has_applied.then_some(m.last_applied_index),
+    });
+    println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+    Ok(())
+}
