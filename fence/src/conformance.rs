@@ -7,7 +7,8 @@ use holdfast_core::FencingToken;
 /// Runs every case against stores made by `make`. `make` returns the store and a
 /// guard that must outlive it (a temporary directory, say); the store drops first.
 pub(crate) fn run_all<S: FencedStore, G>(make: impl Fn() -> (S, G)) {
-    let cases: [(&str, fn(&dyn FencedStore)); 6] = [
+    type Case = fn(&dyn FencedStore);
+    let cases: [(&str, Case); 6] = [
         ("zombie_holder_is_fenced", zombie_holder_is_fenced),
         ("lower_token_is_rejected_and_writes_nothing", lower_token_is_rejected_and_writes_nothing),
         ("equal_and_higher_tokens_are_accepted", equal_and_higher_tokens_are_accepted),

@@ -5,6 +5,7 @@
 use std::io;
 
 use holdfast_core::ErrorCode;
+use openraft::errors::ForwardReason;
 
 use crate::types::{ClientWriteError, Fatal, ForwardToLeader, InitializeError, Node, NodeId, RaftError};
 
@@ -33,6 +34,10 @@ pub enum WriteError {
     /// if known: retry there.
     #[error("not the leader (leader: {leader_id:?})")]
     NotLeader { leader_id: Option<NodeId>, leader: Option<Node> },
+    /// This node leads but has not heard from a quorum within the leader lease (just
+    /// elected, or cut off from the majority); nothing was appended. Retry shortly.
+    #[error("leader without quorum contact (lease not valid)")]
+    NoQuorum,
     /// The entry was appended but may or may not commit (the leader changed, or the call
     /// timed out). Treat as unknown: a retry must be deduplicated by the application.
     #[error("outcome unknown: {0}")]
@@ -54,7 +59,7 @@ impl WriteError {
     pub fn code(&self) -> ErrorCode {
         match self {
             WriteError::NotLeader { .. } => ErrorCode::NotLeader,
-            WriteError::Unknown(_) | WriteError::Stopped(_) => ErrorCode::Unavailable,
+            WriteError::NoQuorum | WriteError::Unknown(_) | WriteError::Stopped(_) => ErrorCode::Unavailable,
             WriteError::Membership(_) => ErrorCode::InvalidArgument,
         }
     }
@@ -70,7 +75,12 @@ impl WriteError {
 }
 
 fn not_leader(f: &ForwardToLeader) -> WriteError {
-    WriteError::NotLeader { leader_id: f.leader_id, leader: f.leader_node.clone() }
+    match f.reason {
+        ForwardReason::LeaseExpired => WriteError::NoQuorum,
+        ForwardReason::NotLeader | ForwardReason::LeadershipTransfer => {
+            WriteError::NotLeader { leader_id: f.leader_id, leader: f.leader_node.clone() }
+        }
+    }
 }
 
 impl From<RaftError<ClientWriteError>> for WriteError {

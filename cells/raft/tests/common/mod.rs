@@ -114,9 +114,10 @@ impl TestCluster {
     pub async fn leader_among(&self, ids: &[NodeId], timeout: Duration) -> NodeId {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
+            // A leader counts once a quorum acknowledged it: before that it refuses writes.
             let mut leaders = ids.iter().filter_map(|id| {
                 let m = self.nodes[id].metrics();
-                (m.state == ServerState::Leader).then_some(*id)
+                (m.state == ServerState::Leader && m.last_quorum_acked.is_some()).then_some(*id)
             });
             if let Some(l) = leaders.next() {
                 let agreed = ids.iter().all(|id| self.nodes[id].metrics().current_leader == Some(l));
@@ -141,7 +142,8 @@ impl TestCluster {
         for _ in 0..5 {
             match self.nodes[&target].write(AppendLog::command(value)).await {
                 Err(WriteError::NotLeader { leader_id: Some(l), .. }) if self.nodes.contains_key(&l) => target = l,
-                Err(WriteError::NotLeader { .. }) => target = self.leader(WAIT).await,
+                // Nothing was appended in either case: safe to send again.
+                Err(WriteError::NotLeader { .. } | WriteError::NoQuorum) => target = self.leader(WAIT).await,
                 other => return other,
             }
         }
