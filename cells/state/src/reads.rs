@@ -2,7 +2,7 @@
 //! so they are linearizable; the leader's timers use the iterators at the bottom.
 
 use crate::outcome::{CellError, Event};
-use crate::state::{BreakRecord, CellState, Lock};
+use crate::state::{BreakRecord, CellState, Lock, Shard};
 use holdfast_core::{
     Epoch, FencingToken, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, Revision, Seq,
     SessionId, ShardKey,
@@ -102,20 +102,8 @@ impl CellState {
         let shard = self.serving_shard(key, None)?;
         let empty = Lock::default();
         let lock = shard.locks.get(name).unwrap_or(&empty);
-        Ok(LockView {
-            name: name.clone(),
-            holders: holders(lock),
-            waiters: lock
-                .waiters
-                .iter()
-                .map(|w| WaiterView { session: w.session, mode: w.mode, request_id: w.request_id.clone(), queued_at_unix_ms: w.queued_at_ms })
-                .collect(),
-            token_floor: shard.floor(),
-            epoch: shard.epoch,
-            delayed: lock.delayed,
-            last_break: shard.audit.iter().rev().find(|b| &b.name == name).cloned(),
-            revision: self.revision,
-        })
+        let last_break = shard.audit.iter().rev().find(|b| &b.name == name).cloned();
+        Ok(lock_view(name, lock, shard, self.revision, last_break))
     }
 
     /// Locks whose name starts with `prefix`, in name order, at most `limit`; the
@@ -130,20 +118,7 @@ impl CellState {
                 truncated = true;
                 break;
             }
-            out.push(LockView {
-                name: name.clone(),
-                holders: holders(lock),
-                waiters: lock
-                    .waiters
-                    .iter()
-                    .map(|w| WaiterView { session: w.session, mode: w.mode, request_id: w.request_id.clone(), queued_at_unix_ms: w.queued_at_ms })
-                    .collect(),
-                token_floor: shard.floor(),
-                epoch: shard.epoch,
-                delayed: lock.delayed,
-                last_break: None,
-                revision: self.revision,
-            });
+            out.push(lock_view(name, lock, shard, self.revision, None));
         }
         Ok((out, truncated))
     }
@@ -216,6 +191,23 @@ impl CellState {
             .filter(|e| filter.is_none_or(|(k, n)| &e.shard == k && &e.name == n))
             .cloned()
             .collect())
+    }
+}
+
+fn lock_view(name: &LockName, lock: &Lock, shard: &Shard, revision: Revision, last_break: Option<BreakRecord>) -> LockView {
+    LockView {
+        name: name.clone(),
+        holders: holders(lock),
+        waiters: lock
+            .waiters
+            .iter()
+            .map(|w| WaiterView { session: w.session, mode: w.mode, request_id: w.request_id.clone(), queued_at_unix_ms: w.queued_at_ms })
+            .collect(),
+        token_floor: shard.floor(),
+        epoch: shard.epoch,
+        delayed: lock.delayed,
+        last_break,
+        revision,
     }
 }
 
