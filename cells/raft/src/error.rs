@@ -5,7 +5,7 @@
 use std::io;
 
 use holdfast_core::ErrorCode;
-use openraft::errors::ForwardReason;
+use openraft::errors::{ChangeMembershipError, ForwardReason};
 
 use crate::types::{ClientWriteError, Fatal, ForwardToLeader, InitializeError, Node, NodeId, RaftError};
 
@@ -42,7 +42,11 @@ pub enum WriteError {
     /// timed out). Treat as unknown: a retry must be deduplicated by the application.
     #[error("outcome unknown: {0}")]
     Unknown(String),
-    /// The membership change was refused (e.g. another change is in progress).
+    /// Another membership change (or this leader's first entry) has not committed yet;
+    /// nothing was appended. Retry shortly.
+    #[error("membership change busy: {0}")]
+    MembershipBusy(String),
+    /// The membership change is invalid (unknown learner, empty voter set, ...).
     #[error("membership change refused: {0}")]
     Membership(String),
     /// The node is shut down or stopped on a storage error.
@@ -59,7 +63,10 @@ impl WriteError {
     pub fn code(&self) -> ErrorCode {
         match self {
             WriteError::NotLeader { .. } => ErrorCode::NotLeader,
-            WriteError::NoQuorum | WriteError::Unknown(_) | WriteError::Stopped(_) => ErrorCode::Unavailable,
+            WriteError::NoQuorum
+            | WriteError::MembershipBusy(_)
+            | WriteError::Unknown(_)
+            | WriteError::Stopped(_) => ErrorCode::Unavailable,
             WriteError::Membership(_) => ErrorCode::InvalidArgument,
         }
     }
@@ -90,6 +97,9 @@ impl From<RaftError<ClientWriteError>> for WriteError {
             RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => {
                 WriteError::Unknown(format!("entry discarded on a leader change; leader now {:?}", f.leader_id))
             }
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                e @ (ChangeMembershipError::InProgress(_) | ChangeMembershipError::UncommittedLeaderLog(_)),
+            )) => WriteError::MembershipBusy(e.to_string()),
             RaftError::APIError(e @ ClientWriteError::ChangeMembershipError(_)) => WriteError::Membership(e.to_string()),
             RaftError::APIError(e @ ClientWriteError::PreconditionFailed(_)) => WriteError::Membership(e.to_string()),
             RaftError::Fatal(f) => WriteError::Stopped(f.to_string()),

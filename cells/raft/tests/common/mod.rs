@@ -69,6 +69,9 @@ impl TestCluster {
         let members: BTreeMap<NodeId, Node> = c.nodes.iter().map(|(id, n)| (*id, n.node().clone())).collect();
         c.nodes[&1].initialize(members).await.expect("initialize");
         c.leader(WAIT).await;
+        // The group is ready once every node applied the initial membership (index 0) and
+        // the first leader's blank entry (index 1): membership changes are accepted then.
+        c.wait_applied(&(1..=n).collect::<Vec<_>>(), 1, "group formed").await;
         c
     }
 
