@@ -38,15 +38,22 @@ pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, mut shutdown: w
             tokio::time::sleep(TICK).await;
             continue;
         }
-        cell.state.read(|m| {
-            let clock = LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval);
-            *cell.hooks.clock.lock().expect("clock lock") = Some(clock);
-        });
+        install_clock(&cell, checkpoint_interval);
         info!(node_id = cell.node_id, term, "leader duties started: session countdowns resumed");
         duties(&cell, term, checkpoint_interval, &mut shutdown).await;
         *cell.hooks.clock.lock().expect("clock lock") = None;
         info!(node_id = cell.node_id, term, "leader duties stopped");
     }
+}
+
+/// Builds this leader's clock from the applied state (rule 4). Done under the state's
+/// read lock, which every apply holds for writing, so no entry falls between the
+/// state the clock was built from and the first `on_applied` it sees.
+fn install_clock(cell: &Cell, checkpoint_interval: Duration) {
+    cell.state.read(|m| {
+        *cell.hooks.clock.lock().expect("clock lock") =
+            Some(LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval));
+    });
 }
 
 async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shutdown: &mut watch::Receiver<bool>) {
@@ -65,10 +72,7 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
                 None => {
                     // A snapshot replaced the state under us: rebuild from it.
                     drop(guard);
-                    cell.state.read(|m| {
-                        *cell.hooks.clock.lock().expect("clock lock") =
-                            Some(LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval));
-                    });
+                    install_clock(cell, checkpoint_interval);
                     continue;
                 }
             };

@@ -67,12 +67,11 @@ impl LockApi {
                     }
                 }
                 Renewal::Unknown => {
-                    let live = self.cell.state.read(|m| m.state().session(session).is_some());
-                    return Err(if live {
-                        status(ErrorCode::SessionExpired, format!("session {session} has expired"), None)
-                    } else {
-                        cell_status(&self.cell.state.read(|m| m.state().dead_session_error(session)))
-                    });
+                    // Still in the state: its expiry is due or in flight.
+                    return Err(self.cell.state.read(|m| match m.state().session(session) {
+                        Some(_) => status(ErrorCode::SessionExpired, format!("session {session} has expired"), None),
+                        None => cell_status(&m.state().dead_session_error(session)),
+                    }));
                 }
             }
         }
