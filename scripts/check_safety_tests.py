@@ -13,6 +13,9 @@ import tempfile
 
 STATE = "cells/state/src"
 CELL_TESTS = ["-p", "holdfast-cell-state", "--test", "properties", "--test", "semantics"]
+# The lease clock's and the fence's unit tests. One package set for both, so the
+# mutants' target dir builds RocksDB once.
+SERVER_TESTS = ["-p", "holdfast-cell", "-p", "holdfast-fence", "--lib"]
 
 # (name, file, exact text, replacement, cargo test args)
 MUTANTS = [
@@ -37,6 +40,14 @@ MUTANTS = [
      "    pub(crate) revision: Revision,", "    #[serde(skip)]\n    pub(crate) revision: Revision,", CELL_TESTS),
     ("grant during lock-delay", f"{STATE}/state.rs",
      "if lock.delayed || shard.sealed.is_some() {", "if shard.sealed.is_some() {", CELL_TESTS),
+    ("checkpoint marked only at commit", "cells/server/src/clock.rs",
+     "                t.checkpointed = true;\n", "", SERVER_TESTS),
+    ("late renewal revives an expiring session", "cells/server/src/clock.rs",
+     "if t.expiring || t.deadline <= now {", "if t.deadline <= now {", SERVER_TESTS),
+    ("new leader counts a checkpointed TTL from its election", "cells/server/src/clock.rs",
+     "arrivals.seen(id).unwrap_or(now).min(now)", "now", SERVER_TESTS),
+    ("fence check and write not atomic", "fence/src/rocks/mod.rs",
+     "        let _serialized = self.stripe(&fkey);\n", "", SERVER_TESTS),
 ]
 
 

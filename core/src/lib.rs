@@ -10,6 +10,7 @@
 
 mod error;
 mod ids;
+pub mod metric_names;
 mod names;
 mod namespace;
 mod token;

@@ -62,7 +62,7 @@ pub use holdfast_core::FencingToken;
 use tracing::warn;
 
 /// Name of the counter of rejected writes, labelled `resource`.
-pub const REJECTIONS_METRIC: &str = "lock_fencing_rejections_total";
+pub const REJECTIONS_METRIC: &str = holdfast_core::metric_names::FENCING_REJECTIONS;
 
 /// Registers the description of this crate's metrics with the installed recorder.
 ///

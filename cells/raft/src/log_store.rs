@@ -120,7 +120,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        let started = std::time::Instant::now();
         self.db.put_cf_opt(cf(&self.db, CF_META), KEY_VOTE, encode(vote)?, &synced()).map_err(io_err)?;
+        metrics::histogram!(holdfast_core::metric_names::RAFT_FSYNC).record(started.elapsed().as_secs_f64());
         debug!(vote = %vote, "vote saved (synced)");
         Ok(())
     }
@@ -151,7 +153,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // Synced before the callback: openraft counts this node's copy towards the quorum
         // as soon as the callback fires.
+        let started = std::time::Instant::now();
         let res = self.db.write_opt(batch, &synced()).map_err(io_err);
+        metrics::histogram!(holdfast_core::metric_names::RAFT_FSYNC).record(started.elapsed().as_secs_f64());
         debug!(last_index = ?last, ok = res.is_ok(), "entries appended (synced)");
         match res {
             Ok(()) => {

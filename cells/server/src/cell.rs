@@ -12,6 +12,8 @@ use tonic::Status;
 
 /// How long a linearizable read may wait for the leader to confirm itself.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a proposal may wait for its commit before the caller hears `UNAVAILABLE`.
+const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The shared core of a cell server.
 #[derive(Debug)]
@@ -42,7 +44,19 @@ impl Cell {
     /// retries with the same request id and gets the real outcome).
     pub async fn propose(&self, _leader: Leader, cmd: Command) -> Result<Result<Outcome, CellError>, Status> {
         let entry = Entry::new(wall_clock_ms(), cmd);
-        let r = self.raft.client_write(holdfast_raft::Request::new(entry.encode())).await.map_err(|e| WriteError::from(e).to_status())?;
+        let write = self.raft.client_write(holdfast_raft::Request::new(entry.encode()));
+        // A leader that lost its quorum would hold the call forever; the client is told
+        // the outcome is unknown (it may still commit) and retries with its request id.
+        let r = tokio::time::timeout(PROPOSE_TIMEOUT, write)
+            .await
+            .map_err(|_| {
+                status(
+                    ErrorCode::Unavailable,
+                    format!("not committed within {} ms (lost quorum?); the outcome is unknown, retry with the same request_id", PROPOSE_TIMEOUT.as_millis()),
+                    None,
+                )
+            })?
+            .map_err(|e| WriteError::from(e).to_status())?;
         let applied = Applied::decode(&r.data.payload)
             .map_err(|e| status(ErrorCode::Unavailable, format!("cannot decode the apply result: {e}"), None))?;
         Ok(applied.result)

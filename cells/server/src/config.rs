@@ -25,6 +25,9 @@ pub struct CellConfig {
     pub advertise_raft_addr: Option<String>,
     /// Client address given in `NOT_LEADER` hints, if it differs from `client_addr`.
     pub advertise_client_addr: Option<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served over HTTP; unset = not
+    /// served. Default unset.
+    pub metrics_addr: Option<String>,
     /// Leader heartbeat, ms. Default 150.
     pub heartbeat_ms: u64,
     /// Election timeout range, ms. Defaults 1000 and 2000.
@@ -98,7 +101,8 @@ impl CellConfig {
                 self.checkpoint_interval_ms, self.election_min_ms
             ));
         }
-        for (name, addr) in [("raft_addr", &self.raft_addr), ("client_addr", &self.client_addr)] {
+        let metrics = self.metrics_addr.iter().map(|a| ("metrics_addr", a));
+        for (name, addr) in [("raft_addr", &self.raft_addr), ("client_addr", &self.client_addr)].into_iter().chain(metrics) {
             if addr.parse::<std::net::SocketAddr>().is_err() {
                 return bad(format!("{name} {addr:?} is not host:port with a numeric IP"));
             }

@@ -5,6 +5,7 @@
 
 use crate::cell::Cell;
 use crate::clock::LeaseClock;
+use holdfast_cell_state::Command;
 use holdfast_raft::{current_metrics, ReadPolicy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,8 +52,9 @@ pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, mut shutdown: w
 /// state the clock was built from and the first `on_applied` it sees.
 fn install_clock(cell: &Cell, checkpoint_interval: Duration) {
     cell.state.read(|m| {
-        *cell.hooks.clock.lock().expect("clock lock") =
-            Some(LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval));
+        let mut clock = cell.hooks.clock.lock().expect("clock lock");
+        let arrivals = cell.hooks.arrivals.lock().expect("arrivals lock");
+        *clock = Some(LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval, &arrivals));
     });
 }
 
@@ -83,8 +85,16 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
         };
         for cmd in commands {
             let kind = cmd.kind();
+            let expiring_ns = match &cmd {
+                Command::ExpireSession { session } => cell.state.read(|m| m.state().session(*session).map(|v| v.home.ns)),
+                _ => None,
+            };
             match cell.propose(leader, cmd).await {
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => {
+                    if let Some(ns) = expiring_ns {
+                        crate::metrics::session_expired(&ns);
+                    }
+                }
                 // A refusal here means the state moved on (the session already ended):
                 // nothing to do.
                 Ok(Err(e)) => tracing::debug!(kind, error = %e, "timer command refused"),

@@ -15,6 +15,7 @@ pub mod config;
 pub mod convert;
 pub mod leader;
 pub mod machine;
+pub mod metrics;
 pub mod server;
 pub mod service;
 

@@ -6,7 +6,7 @@
 //! never disagree), the open calls of queued acquires (woken by their grant), and the
 //! broadcast that feeds Watch streams. None of them can change the replicated state.
 
-use crate::clock::LeaseClock;
+use crate::clock::{CheckpointArrivals, LeaseClock};
 use holdfast_cell_state::{Applied, CellError, CellState, DequeueReason, Entry, Event, EventKind};
 use holdfast_core::{FencingToken, RequestId, SessionId};
 use holdfast_raft::ReplicatedState;
@@ -31,6 +31,10 @@ type WaiterKey = (SessionId, RequestId);
 pub struct Hooks {
     /// `Some` only while this node leads and has built its clock.
     pub clock: Mutex<Option<LeaseClock>>,
+    /// When this node applied each session's latest checkpoint (every node keeps it,
+    /// so whichever is elected next can resume countdowns from there). Locked after
+    /// `clock` when both are taken.
+    pub arrivals: Mutex<CheckpointArrivals>,
     waiters: Mutex<HashMap<WaiterKey, Vec<oneshot::Sender<WaitResult>>>>,
     events: broadcast::Sender<Event>,
 }
@@ -38,7 +42,7 @@ pub struct Hooks {
 impl Hooks {
     pub fn new() -> Arc<Hooks> {
         let (events, _) = broadcast::channel(4096);
-        Arc::new(Hooks { clock: Mutex::new(None), waiters: Mutex::new(HashMap::new()), events })
+        Arc::new(Hooks { clock: Mutex::new(None), arrivals: Mutex::new(CheckpointArrivals::default()), waiters: Mutex::new(HashMap::new()), events })
     }
 
     /// Arms a wake-up for a queued acquire. Arm it *before* proposing the acquire, so
@@ -117,9 +121,13 @@ impl ReplicatedState for CellMachine {
             }
         };
         let applied = self.state.apply(&entry);
-        if let Some(clock) = self.hooks.clock.lock().expect("clock lock").as_mut() {
-            clock.on_applied(Instant::now(), &entry.cmd, &applied, &self.state);
+        let now = Instant::now();
+        let mut clock = self.hooks.clock.lock().expect("clock lock");
+        if let Some(clock) = clock.as_mut() {
+            clock.on_applied(now, &entry.cmd, &applied, &self.state);
         }
+        self.hooks.arrivals.lock().expect("arrivals lock").on_applied(now, &entry.cmd, &applied);
+        drop(clock);
         self.hooks.fire(&applied.events);
         applied.encode()
     }
@@ -131,7 +139,9 @@ impl ReplicatedState for CellMachine {
     fn restore(&mut self, data: &[u8]) -> io::Result<()> {
         self.state = CellState::restore(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         // A clock built from the old state is wrong now; the leader task rebuilds it.
-        *self.hooks.clock.lock().expect("clock lock") = None;
+        let mut clock = self.hooks.clock.lock().expect("clock lock");
+        *clock = None;
+        self.hooks.arrivals.lock().expect("arrivals lock").clear();
         Ok(())
     }
 }

@@ -81,6 +81,7 @@ impl CellServer {
 
     fn serve(cfg: &CellConfig, node: RaftNode<CellMachine>, hooks: Arc<Hooks>, client: TcpListener) -> CellServer {
         let client_addr = client.local_addr().expect("bound listener has an address");
+        holdfast_telemetry::install();
         let cell = Arc::new(Cell { raft: node.raft().clone(), state: node.state().clone(), hooks, node_id: cfg.node_id });
         let (shutdown, rx) = watch::channel(false);
         let mut stop = rx.clone();
@@ -95,7 +96,23 @@ impl CellServer {
                 warn!(error = %e, "client API server ended with an error");
             }
         });
-        let duties = tokio::spawn(leader::run(cell.clone(), Duration::from_millis(cfg.checkpoint_interval_ms), rx));
+        let duties = tokio::spawn(leader::run(cell.clone(), Duration::from_millis(cfg.checkpoint_interval_ms), rx.clone()));
+        tokio::spawn(crate::metrics::refresh(cell.clone(), cfg.cell.clone(), rx.clone()));
+        if let Some(addr) = cfg.metrics_addr.clone() {
+            let ready_cell = cell.clone();
+            // Ready: this node knows a leader of its cell, so calls to it get an answer.
+            let ready: holdfast_telemetry::Readiness = Arc::new(move || holdfast_raft::current_metrics(&ready_cell.raft).current_leader.is_some());
+            let stop = rx.clone();
+            tokio::spawn(async move {
+                let served = match TcpListener::bind(&addr).await {
+                    Ok(l) => holdfast_telemetry::serve(l, ready, stop).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = served {
+                    warn!(addr = %addr, error = %e, "the metrics endpoint stopped");
+                }
+            });
+        }
         info!(node_id = cfg.node_id, cell = %cfg.cell, region = %cfg.region, raft = %node.raft_addr(), client = %client_addr, "cell node started");
         CellServer { node, cell, client_addr, shutdown, client_server, duties, shutdown_deadline: Duration::from_millis(cfg.shutdown_deadline_ms) }
     }

@@ -174,8 +174,12 @@ impl LockService for LockApi {
                 if let Some(clock) = self.cell.hooks.clock.lock().expect("clock lock").as_mut() {
                     clock.track_wait(session, rid.clone(), started + wait);
                 }
+                let queued = Instant::now();
                 match tokio::time::timeout(wait.saturating_sub(started.elapsed()) + WAIT_GRACE, woken).await {
-                    Ok(Ok(WaitResult::Granted(token))) => granted(token),
+                    Ok(Ok(WaitResult::Granted(token))) => {
+                        crate::metrics::waited(&shard.ns, queued.elapsed());
+                        granted(token)
+                    }
                     Ok(Ok(WaitResult::Dequeued(DequeueReason::Timeout))) => {
                         Err(status(ErrorCode::Timeout, format!("not granted within {} ms", wait.as_millis()), None))
                     }
@@ -202,6 +206,7 @@ impl LockService for LockApi {
             Err(e) => Err(cell_status(&e)),
         };
         self.cell.hooks.disarm_closed(session, &rid);
+        crate::metrics::acquire_answered(&shard.ns, started, &result);
         result
     }
 
@@ -365,6 +370,7 @@ impl LockService for LockApi {
         let cmd = Command::BreakLock { shard: shard.clone(), name: name.clone(), by: by.clone(), reason: r.reason.clone() };
         match self.cell.propose(leader, cmd).await? {
             Ok(Outcome::Broken { floor, ended }) => {
+                crate::metrics::lock_broken(&shard.ns);
                 info!(shard = %shard, lock = %name, by = %by, reason = %r.reason, ended = ?ended, floor = floor.0, "lock broken by an administrator");
                 Ok(Response::new(pb::BreakLockResponse { new_floor: floor.0 }))
             }

@@ -200,3 +200,107 @@ async fn bad_requests_get_their_codes_and_change_nothing() {
     assert_eq!(status_before, status_after, "a refused request changed the cell");
     cell.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_session_is_never_expired_across_repeated_forced_leader_changes() {
+    let _g = serial();
+    let cell = TestCell::start(0).await;
+    let mut c = cell.client(cell.leader().await).await;
+    // Long enough that one leader change (election 1-2 s) fits well inside it.
+    let ttl = Duration::from_millis(6_000);
+    let a = create_session(&mut c, ttl.as_millis() as u64).await;
+    let ta = c.acquire(acquire_req(a, "settle", "a-1", 0)).await.unwrap().into_inner().token;
+
+    info!("--- A renews every TTL/3 at whichever node leads, as the SDK does");
+    let mut any = cell.clients().await;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let keeper = tokio::spawn(async move {
+        let mut client_deadline = Instant::now() + ttl;
+        let mut renewals = 0;
+        loop {
+            let sent = Instant::now();
+            match any.renew(a).await {
+                Ok(ms) => {
+                    client_deadline = sent + Duration::from_millis(ms);
+                    renewals += 1;
+                    tokio::select! {
+                        _ = tokio::time::sleep(ttl / 3) => {}
+                        _ = stop_rx.changed() => return Ok(renewals),
+                    }
+                }
+                Err(e) if ["SESSION_EXPIRED", "UNKNOWN_SESSION"].contains(&code(&e).as_str()) => {
+                    return Err(format!("the live session was expired: {e:?}"));
+                }
+                Err(_) => {
+                    if Instant::now() > client_deadline {
+                        return Err("no leader confirmed a renewal within the TTL: the test's premise failed".into());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+
+    info!("--- depose the leader four times, each new one serving a little while");
+    let mut leaders = vec![cell.leader().await];
+    for _ in 0..4 {
+        leaders.push(cell.force_leader_change().await);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    let _ = stop_tx.send(true); // the keeper may have stopped on an error: see below
+    let renewals = keeper.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+    info!(?leaders, renewals, "leader changes done");
+    assert!(leaders.windows(2).all(|w| w[0] != w[1]), "every change elected another node: {leaders:?}");
+
+    info!("--- A still holds its lock with its first token");
+    let mut any = cell.clients().await;
+    assert_eq!(any.holders("settle").await.unwrap(), vec![(a, ta)]);
+    assert!(any.renew(a).await.is_ok());
+    cell.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_leader_changes_do_not_keep_a_dead_session_alive_past_the_bound() {
+    let _g = serial();
+    let cell = TestCell::start(0).await;
+    let mut c = cell.client(cell.leader().await).await;
+    // Long enough for several leader changes before the client's deadline.
+    let ttl_ms = 12_000;
+    let a = create_session(&mut c, ttl_ms).await;
+    c.acquire(acquire_req(a, "settle", "a-1", 0)).await.unwrap();
+
+    info!("--- A renews once, then stops");
+    let sent = Instant::now();
+    let remaining = renew(&mut c, a).await.unwrap();
+    let client_deadline = sent + Duration::from_millis(remaining);
+
+    info!("--- watch for the hold to end, from any node, every 50 ms");
+    let mut any = cell.clients().await;
+    let watcher = tokio::spawn(async move {
+        loop {
+            if any.holders("settle").await.is_some_and(|h| h.is_empty()) {
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+
+    info!("--- depose leaders one after another until A's deadline");
+    let mut changes = 0;
+    while !watcher.is_finished() && Instant::now() < client_deadline {
+        cell.force_leader_change().await;
+        changes += 1;
+        // Each leader serves a little more than one checkpoint interval.
+        tokio::time::sleep(Duration::from_millis(CHECKPOINT_MS + 300)).await;
+    }
+    let ended = tokio::time::timeout(WAIT, watcher).await.expect("the dead session never expired").unwrap();
+    // docs/sessions.md: expiry by r + TTL + TTL/3 + C + E, E = election timeout + a
+    // vote round.
+    let e = Duration::from_millis(2_000 + 500);
+    let bound = Duration::from_millis(ttl_ms + ttl_ms / 3 + CHECKPOINT_MS) + e;
+    info!(changes, lived = ?ended - sent, ?bound, "dead session expired");
+    assert!(changes >= 3, "only {changes} leader changes happened before the client's deadline");
+    assert!(ended >= client_deadline, "expired {:?} before the client's deadline", client_deadline - ended);
+    assert!(ended - sent <= bound, "a dead session lived {:?} through {changes} leader changes; bound {bound:?}", ended - sent);
+    cell.shutdown().await;
+}

@@ -3,10 +3,19 @@
 
 use crate::outcome::{CellError, Event};
 use crate::state::{BreakRecord, CellState, Lock, Shard};
+use std::collections::BTreeMap;
 use holdfast_core::{
     Epoch, FencingToken, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, Revision, Seq,
     SessionId, ShardKey,
 };
+
+/// What [`CellState::namespace_stats`] reports for one namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceStats {
+    pub keys: u64,
+    pub oldest_grant_unix_ms: Option<u64>,
+    pub waiting: Vec<(LockName, u64)>,
+}
 
 /// One holder as Describe shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +115,11 @@ impl CellState {
         Ok(lock_view(name, lock, shard, self.revision, last_break))
     }
 
+    /// Is the lock in lock-delay? (Cheap: the leader's clock asks after every release.)
+    pub fn lock_delayed(&self, key: &ShardKey, name: &LockName) -> bool {
+        self.shards.get(key).and_then(|s| s.locks.get(name)).is_some_and(|l| l.delayed)
+    }
+
     /// Locks whose name starts with `prefix`, in name order, at most `limit`; the
     /// bool says whether more were left out.
     pub fn list(&self, key: &ShardKey, prefix: &str, limit: usize) -> Result<(Vec<LockView>, bool), CellError> {
@@ -158,6 +172,26 @@ impl CellState {
         self.shards.iter().flat_map(|(key, s)| {
             s.locks.iter().flat_map(move |(name, l)| l.holders.iter().map(move |(t, h)| (key, name, *t, h.session)))
         })
+    }
+
+    /// Per-namespace gauges for metrics: locks held or queued for, the earliest grant
+    /// time of any current hold (leader wall clock, display only), and the locks that
+    /// have waiters with how many.
+    pub fn namespace_stats(&self) -> BTreeMap<NamespaceName, NamespaceStats> {
+        let mut out: BTreeMap<NamespaceName, NamespaceStats> = BTreeMap::new();
+        for (key, shard) in &self.shards {
+            let st = out.entry(key.ns.clone()).or_default();
+            st.keys += shard.locks.len() as u64;
+            for (name, lock) in &shard.locks {
+                for h in lock.holders.values() {
+                    st.oldest_grant_unix_ms = Some(st.oldest_grant_unix_ms.map_or(h.granted_at_ms, |o| o.min(h.granted_at_ms)));
+                }
+                if !lock.waiters.is_empty() {
+                    st.waiting.push((name.clone(), lock.waiters.len() as u64));
+                }
+            }
+        }
+        out
     }
 
     /// Every lock in lock-delay: for the leader's lock-delay timers.

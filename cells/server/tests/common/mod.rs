@@ -89,6 +89,7 @@ impl TestCell {
             client_addr: "127.0.0.1:0".into(),
             advertise_raft_addr: None,
             advertise_client_addr: None,
+            metrics_addr: None,
             heartbeat_ms: 100,
             election_min_ms: 1_000,
             election_max_ms: 2_000,
@@ -122,16 +123,39 @@ impl TestCell {
     pub async fn leader_among(&self, ids: &[u64]) -> u64 {
         let deadline = Instant::now() + WAIT;
         loop {
-            if let Some(id) = ids.iter().find(|id| self.nodes.get(id).is_some_and(|n| n.leads())) {
-                return *id;
+            // A deposed leader may still think it leads until it hears the new term:
+            // the one with the highest term is the real one.
+            let leading = ids.iter().filter_map(|id| self.nodes.get(id).filter(|n| n.leads()).map(|n| (n.metrics().current_term, *id)));
+            if let Some((_, id)) = leading.max() {
+                return id;
             }
             assert!(Instant::now() < deadline, "no leader among {ids:?} within {WAIT:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
+    /// Deposes the current leader: cuts it off until another node leads, then heals.
+    /// Returns the new leader.
+    pub async fn force_leader_change(&self) -> u64 {
+        let old = self.leader().await;
+        let others: Vec<u64> = self.nodes.keys().copied().filter(|id| *id != old).collect();
+        self.faults.isolate(old, others.clone());
+        let new = self.leader_among(&others).await;
+        self.faults.heal_all();
+        new
+    }
+
     pub async fn channel(&self, id: u64) -> Channel {
         Channel::from_shared(format!("http://{}", self.client_addrs[&id])).unwrap().connect().await.unwrap()
+    }
+
+    /// Clients of every running node, for tasks that must follow leader changes.
+    pub async fn clients(&self) -> AnyNode {
+        let mut all = Vec::new();
+        for id in self.nodes.keys() {
+            all.push(self.client(*id).await);
+        }
+        AnyNode(all)
     }
 
     pub async fn client(&self, id: u64) -> LockServiceClient<Channel> {
@@ -172,5 +196,37 @@ pub async fn renew(c: &mut LockServiceClient<Channel>, session: u64) -> Result<u
     match stream.message().await? {
         Some(r) => Ok(r.ttl_remaining_ms),
         None => Err(tonic::Status::unavailable("keepalive stream ended")),
+    }
+}
+
+/// Clients of all nodes: a call goes to whichever node answers it (the leader).
+#[derive(Clone)]
+pub struct AnyNode(pub Vec<LockServiceClient<Channel>>);
+
+impl AnyNode {
+    /// One renewal at the node that confirms it; the last error if none does.
+    pub async fn renew(&mut self, session: u64) -> Result<u64, tonic::Status> {
+        let mut last = tonic::Status::unavailable("no node");
+        for c in &mut self.0 {
+            // A node that cannot answer promptly is as good as down for a client.
+            let r = tokio::time::timeout(Duration::from_secs(1), renew(c, session)).await;
+            match r.unwrap_or_else(|_| Err(tonic::Status::unavailable("renewal timed out"))) {
+                Ok(t) => return Ok(t),
+                Err(e) if code(&e) == "NOT_LEADER" || e.code() == tonic::Code::Unavailable => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
+    /// The lock's holders, from the node that answers a linearizable Describe.
+    pub async fn holders(&mut self, name: &str) -> Option<Vec<(u64, u64)>> {
+        for c in &mut self.0 {
+            let req = pb::DescribeRequest { shard: shard(), name: name.into() };
+            if let Ok(Ok(d)) = tokio::time::timeout(Duration::from_secs(1), c.describe(req)).await {
+                return Some(d.into_inner().holders.iter().map(|h| (h.session_id, h.token)).collect());
+            }
+        }
+        None
     }
 }

@@ -1,0 +1,28 @@
+//! Every metric name holdfast records, in one place. Names follow the seed (DESIGN.md,
+//! "Metrics"); the `holdfast_` ones are ours. Descriptions live with the recorder
+//! (`holdfast-telemetry`).
+
+// ---- the seed's names
+pub const ACQUIRE_LATENCY: &str = "lock_acquire_latency_seconds";
+pub const ACQUIRE_ERRORS: &str = "lock_acquire_errors_total";
+pub const RENEW_FAILURES: &str = "lock_renew_failures_total";
+pub const LEASE_EXPIRED_WHILE_HELD: &str = "lock_lease_expired_while_held_total";
+pub const FENCING_REJECTIONS: &str = "lock_fencing_rejections_total";
+pub const WAITERS: &str = "lock_waiters";
+pub const ACQUIRE_WAIT: &str = "lock_acquire_wait_seconds";
+pub const HOLD_TIME: &str = "lock_hold_time_seconds";
+pub const AGE_MAX: &str = "lock_age_seconds_max";
+pub const NAMESPACE_KEYS: &str = "lock_namespace_keys";
+pub const ADMIN_BREAK: &str = "lock_admin_break_total";
+// ---- Raft health of a cell or the registry, per node
+pub const RAFT_HAS_LEADER: &str = "holdfast_raft_has_leader";
+pub const RAFT_IS_LEADER: &str = "holdfast_raft_is_leader";
+pub const RAFT_TERM: &str = "holdfast_raft_term";
+pub const RAFT_COMMIT_INDEX: &str = "holdfast_raft_commit_index";
+pub const RAFT_APPLIED_INDEX: &str = "holdfast_raft_applied_index";
+pub const RAFT_FSYNC: &str = "holdfast_raft_fsync_seconds";
+// ---- ownership
+pub const SHARD_EPOCH: &str = "holdfast_shard_epoch";
+// ---- sessions (cell)
+pub const SESSIONS_EXPIRED: &str = "holdfast_sessions_expired_total";
+pub const CHECKPOINT_SESSIONS: &str = "holdfast_checkpoint_sessions";

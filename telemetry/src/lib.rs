@@ -1,0 +1,150 @@
+//! holdfast-telemetry: the one place metric names live, and the small HTTP endpoint
+//! (`/metrics`, `/healthz`, `/readyz`) that every holdfast process serves.
+//!
+//! Recording goes through the `metrics` facade (`metrics::counter!(names::X, ...)`);
+//! this crate installs the Prometheus recorder once per process and describes every
+//! name, so `promtool check metrics` finds a HELP and TYPE line for each. Names follow
+//! the seed (DESIGN.md, "Metrics"); the `holdfast_` ones are ours.
+//!
+//! What does not live here: deciding what to measure (each server does), tracing setup.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use metrics::Unit;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use holdfast_core::metric_names as names;
+
+/// Latency buckets, seconds: from a fast in-region grant (sub-ms) to a long wait.
+const BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once; later calls return the same
+/// handle) and describes every name.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().set_buckets(BUCKETS).expect("static buckets are valid").build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (a test harness); then ours
+            // only renders what it records, which is still a valid exposition.
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics shows only holdfast's own handle");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    use names::*;
+    describe_histogram!(ACQUIRE_LATENCY, Unit::Seconds, "Time from an Acquire call's arrival to its answer, by namespace (granted calls).");
+    describe_counter!(ACQUIRE_ERRORS, "Acquire calls answered with an error, by namespace and stable error code.");
+    describe_counter!(RENEW_FAILURES, "Session renewals that failed, by namespace.");
+    describe_counter!(LEASE_EXPIRED_WHILE_HELD, "Sessions the client found lost while it still held a lock, by namespace (SDK).");
+    describe_counter!(FENCING_REJECTIONS, "Writes a fenced resource refused because their token was stale, by resource.");
+    describe_gauge!(WAITERS, "Acquires queued for a lock, by namespace and lock (only locks that have or had waiters).");
+    describe_histogram!(ACQUIRE_WAIT, Unit::Seconds, "Time a granted acquire spent in the lock's queue, by namespace.");
+    describe_histogram!(HOLD_TIME, Unit::Seconds, "How long a hold lasted, by namespace (SDK: from grant to release).");
+    describe_gauge!(AGE_MAX, Unit::Seconds, "Age of the oldest current hold in the namespace, by the leader's wall clock.");
+    describe_gauge!(NAMESPACE_KEYS, "Lock records the namespace has in this cell (counted against max_keys).");
+    describe_counter!(ADMIN_BREAK, "Locks broken by an administrator, by namespace.");
+    describe_gauge!(RAFT_HAS_LEADER, "1 if this node knows a leader of its Raft group, else 0.");
+    describe_gauge!(RAFT_IS_LEADER, "1 if this node leads its Raft group, else 0.");
+    describe_gauge!(RAFT_TERM, "This node's current Raft term.");
+    describe_gauge!(RAFT_COMMIT_INDEX, "The highest log index this node knows committed.");
+    describe_gauge!(RAFT_APPLIED_INDEX, "The highest log index this node has applied.");
+    describe_histogram!(RAFT_FSYNC, Unit::Seconds, "Duration of the synced RocksDB writes of the Raft log (votes and appends).");
+    describe_gauge!(SHARD_EPOCH, "The ownership epoch at which this cell serves a shard, by namespace and shard.");
+    describe_counter!(SESSIONS_EXPIRED, "Sessions this cell expired because their countdown ran out, by namespace.");
+    describe_gauge!(CHECKPOINT_SESSIONS, "Sessions listed in the last checkpoint the leader proposed (sessions that did not renew).");
+}
+
+/// Is this process ready to serve? `/readyz` answers 200 when it says so.
+pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Serves `/metrics` (Prometheus text), `/healthz` (the process runs) and `/readyz`
+/// until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, ready: Readiness, mut shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
+    let handle = install();
+    let upkeep = handle.clone();
+    // Histograms keep samples until rendered; drain them even if nobody scrapes.
+    let keeper = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    let app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state((handle, ready));
+    let r = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+        })
+        .await;
+    keeper.abort();
+    r
+}
+
+type AppState = (PrometheusHandle, Readiness);
+
+async fn metrics_text(State((handle, _)): State<AppState>) -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render())
+}
+
+async fn readyz(State((_, ready)): State<AppState>) -> impl IntoResponse {
+    if ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn serves_described_metrics_and_readiness() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r2 = ready.clone();
+        let (tx, rx) = watch::channel(false);
+        install(); // before anything records, as a process does at start
+        let server = tokio::spawn(serve(listener, Arc::new(move || r2.load(std::sync::atomic::Ordering::SeqCst)), rx));
+        metrics::counter!(names::ADMIN_BREAK, "ns" => "pay").increment(2);
+        let text = get_text(addr, "/metrics").await;
+        assert!(text.contains("# TYPE lock_admin_break_total counter"), "{text}");
+        assert!(text.contains("lock_admin_break_total{ns=\"pay\"} 2"), "{text}");
+        assert!(get_text(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(get_text(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        tx.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    /// A bare HTTP/1.1 GET: the test must not depend on our own client code.
+    async fn get_text(addr: std::net::SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+}
