@@ -24,3 +24,9 @@ pub mod admin {
         tonic::include_proto!("holdfast.admin.v1");
     }
 }
+
+pub mod registry {
+    pub mod v1 {
+        tonic::include_proto!("holdfast.registry.v1");
+    }
+}

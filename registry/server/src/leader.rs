@@ -1,0 +1,127 @@
+//! Leader duties: while this node leads, it keeps the ownership leases it grants and
+//! completes transfers that are ready — an unplanned move once the source's lease is
+//! known to have run out on this leader's clock, and any move whose source has sealed
+//! (a `ReportSealed` whose caller went away between the seal and the completion). When
+//! leadership goes, the leases go with it; the next leader starts its own, waiting one
+//! full lease before it trusts that any cell's lease has ended.
+
+use crate::leases::OwnershipLeases;
+use crate::registry::Registry;
+use holdfast_core::{CellId, Epoch, ShardKey};
+use holdfast_raft::{current_metrics, ReadPolicy};
+use holdfast_registry_state::{Command, ShardState};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+/// The loop wakes at least this often.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Timing of the ownership leases.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTimings {
+    /// How long a renewal lets a cell serve its shards.
+    pub lease: Duration,
+    /// Extra wait after a lease's end before its shard moves (clock-rate differences).
+    pub grace: Duration,
+}
+
+/// Runs until `shutdown` turns true.
+pub async fn run(reg: Arc<Registry>, timings: LeaseTimings, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            if reg.raft.as_leader().is_ok() {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        let term = current_metrics(&reg.raft).current_term;
+        // Everything earlier leaders committed must be applied before this leader
+        // answers renewals from its state: a read index in this term guarantees that.
+        if let Err(e) = reg.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            warn!(term, error = %e, "could not confirm leadership; not starting leader duties");
+            tokio::time::sleep(TICK).await;
+            continue;
+        }
+        // Measured after the election, so the inherited lease ends no earlier than
+        // any lease a predecessor granted.
+        let elected = Instant::now();
+        *reg.hooks.leases.lock().expect("leases lock") = Some(OwnershipLeases::on_election(elected, timings.lease, timings.grace));
+        info!(node_id = reg.node_id, term, lease_ms = timings.lease.as_millis() as u64, "registry leader duties started; unplanned moves wait one full lease");
+        duties(&reg, term, &mut shutdown).await;
+        *reg.hooks.leases.lock().expect("leases lock") = None;
+        info!(node_id = reg.node_id, term, "registry leader duties stopped");
+    }
+}
+
+/// A move ready to complete, and why.
+struct Ready {
+    shard: ShardKey,
+    epoch: Epoch,
+    from: CellId,
+    sealed: bool,
+}
+
+/// The moves that may complete now. Under the leases lock, so no renewal can list a
+/// shard between this check and the state it read.
+fn ready_moves(reg: &Registry) -> Vec<Ready> {
+    let guard = reg.hooks.leases.lock().expect("leases lock");
+    let Some(leases) = guard.as_ref() else { return vec![] };
+    let now = Instant::now();
+    reg.state.read(|m| {
+        m.state()
+            .list_shards()
+            .filter_map(|(k, r)| match &r.state {
+                ShardState::Moving(mv) if mv.seal.is_some() => {
+                    Some(Ready { shard: k.clone(), epoch: r.epoch, from: r.cell.clone(), sealed: true })
+                }
+                ShardState::Moving(mv) if !mv.planned && leases.expired(now, k) => {
+                    Some(Ready { shard: k.clone(), epoch: r.epoch, from: r.cell.clone(), sealed: false })
+                }
+                _ => None,
+            })
+            .collect()
+    })
+}
+
+async fn duties(reg: &Arc<Registry>, term: u64, shutdown: &mut watch::Receiver<bool>) {
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let Ok(leader) = reg.assume_leader() else { return };
+        if current_metrics(&reg.raft).current_term != term {
+            return;
+        }
+        for ready in ready_moves(reg) {
+            let cmd = Command::CompleteMove { shard: ready.shard.clone(), epoch: ready.epoch };
+            match reg.propose(leader, cmd).await {
+                Ok(Ok(_)) => info!(
+                    shard = %ready.shard,
+                    from = %ready.from,
+                    epoch = ready.epoch.0 + 1,
+                    reason = if ready.sealed { "source sealed" } else { "source lease ran out" },
+                    "shard transferred"
+                ),
+                // The state moved on (aborted, or completed by ReportSealed).
+                Ok(Err(e)) => debug!(shard = %ready.shard, error = %e, "completion refused"),
+                Err(s) => {
+                    warn!(shard = %ready.shard, error = %s.message(), "completion not committed; trying again");
+                    break;
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(TICK) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}

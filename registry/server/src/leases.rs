@@ -1,0 +1,106 @@
+//! Ownership leases, as the registry leader sees them: volatile leader state measured
+//! on the monotonic clock, never replicated.
+//!
+//! A renewal lists the shards a cell may serve; the cell may serve them until
+//! `lease` after it sent the renewal. The leader records, per shard, the latest end of
+//! a lease that listed it (`now + lease` when it answered, which is no earlier than the
+//! cell's own deadline). An unplanned move may complete only once that moment (plus a
+//! grace for clock-rate differences) has passed: from `BeginMove` on, renewals stop
+//! listing the shard, so its recorded end stops moving.
+//!
+//! A new leader does not know what its predecessors granted. It treats every shard as
+//! covered until its own election time plus one full lease (DESIGN.md: "a new registry
+//! leader waits one full lease before it moves any shard whose cell it cannot reach").
+//! The predecessor could only grant while it held openraft's leader lease, which ends
+//! before a new leader can be elected.
+
+use holdfast_core::ShardKey;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The leader's record of the ownership leases it granted.
+#[derive(Debug, Clone)]
+pub struct OwnershipLeases {
+    lease: Duration,
+    grace: Duration,
+    /// Leases granted by earlier leaders may run until here.
+    inherited_until: Instant,
+    /// Per shard: the latest end of a lease this leader granted that listed it.
+    granted_until: HashMap<ShardKey, Instant>,
+}
+
+impl OwnershipLeases {
+    /// The leases of a leader that took office at `elected` (or later: a later instant
+    /// only makes it wait longer).
+    pub fn on_election(elected: Instant, lease: Duration, grace: Duration) -> OwnershipLeases {
+        OwnershipLeases { lease, grace, inherited_until: elected + lease, granted_until: HashMap::new() }
+    }
+
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Records a renewal answered at `now` that lists `shards`.
+    pub fn granted<'a>(&mut self, now: Instant, shards: impl IntoIterator<Item = &'a ShardKey>) {
+        let until = now + self.lease;
+        for shard in shards {
+            let e = self.granted_until.entry(shard.clone()).or_insert(until);
+            *e = (*e).max(until);
+        }
+    }
+
+    /// Until when some cell may still serve `shard` under a lease.
+    pub fn covered_until(&self, shard: &ShardKey) -> Instant {
+        self.granted_until.get(shard).map_or(self.inherited_until, |u| (*u).max(self.inherited_until))
+    }
+
+    /// Is every lease that covered `shard` known to have run out at `now`?
+    pub fn expired(&self, now: Instant, shard: &ShardKey) -> bool {
+        now >= self.covered_until(shard) + self.grace
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_core::{NamespaceName, ShardName};
+
+    fn key(s: &str) -> ShardKey {
+        ShardKey::new(NamespaceName::new("pay").unwrap(), ShardName::new(s).unwrap())
+    }
+
+    const LEASE: Duration = Duration::from_millis(3_000);
+    const GRACE: Duration = Duration::from_millis(200);
+
+    #[test]
+    fn new_leader_waits_one_full_lease_for_every_shard() {
+        let t0 = Instant::now();
+        let l = OwnershipLeases::on_election(t0, LEASE, GRACE);
+        assert!(!l.expired(t0 + LEASE, &key("a")), "within the inherited lease");
+        assert!(!l.expired(t0 + LEASE + GRACE - Duration::from_millis(1), &key("a")));
+        assert!(l.expired(t0 + LEASE + GRACE, &key("a")));
+    }
+
+    #[test]
+    fn a_renewal_extends_only_the_shards_it_listed() {
+        let t0 = Instant::now();
+        let mut l = OwnershipLeases::on_election(t0, LEASE, GRACE);
+        let t1 = t0 + Duration::from_millis(2_000);
+        l.granted(t1, [&key("a")]);
+        let end_b = t0 + LEASE + GRACE;
+        assert!(l.expired(end_b, &key("b")), "b was not listed: only the inherited lease covers it");
+        assert!(!l.expired(end_b, &key("a")));
+        assert!(l.expired(t1 + LEASE + GRACE, &key("a")));
+    }
+
+    #[test]
+    fn an_older_renewal_never_shortens_a_lease() {
+        let t0 = Instant::now();
+        let mut l = OwnershipLeases::on_election(t0, LEASE, GRACE);
+        let late = t0 + Duration::from_millis(5_000);
+        l.granted(late, [&key("a")]);
+        l.granted(t0 + Duration::from_millis(4_000), [&key("a")]);
+        assert_eq!(l.covered_until(&key("a")), late + LEASE);
+    }
+}

@@ -1,0 +1,341 @@
+//! The RegistryService of `proto/holdfast/registry/v1`, served by every node of the
+//! registry. Writes and reads go to the leader (others answer `NOT_LEADER` with a hint);
+//! ownership renewals are answered only under the leader's Raft lease.
+
+use crate::convert::{self as cv, invalid};
+use crate::registry::{registry_status, Registry};
+use holdfast_core::{ErrorCode, Epoch, FencingToken, LockName, Revision};
+use holdfast_proto::registry::v1 as pb;
+use holdfast_proto::registry::v1::registry_service_server::RegistryService;
+use holdfast_raft::status;
+use holdfast_registry_state::{Command, HistoryError, Outcome, RegistryError, ShardState};
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+use tracing::{debug, info};
+
+#[derive(Debug, Clone)]
+pub struct RegistryApi {
+    reg: Arc<Registry>,
+}
+
+impl RegistryApi {
+    pub fn new(reg: Arc<Registry>) -> RegistryApi {
+        RegistryApi { reg }
+    }
+
+    async fn shard_write(&self, cmd: Command) -> Result<pb::ShardOwner, Status> {
+        match self.reg.write(cmd).await? {
+            Outcome::Shard { shard, record } => Ok(cv::owner_to(&shard, &record)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn namespace_write(&self, cmd: Command) -> Result<holdfast_proto::admin::v1::NamespaceConfig, Status> {
+        match self.reg.write(cmd).await? {
+            Outcome::Namespace { config } => {
+                info!(ns = %config.name, version = config.version, "namespace config stored");
+                Ok(cv::namespace_to(&config))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+fn unexpected(o: Outcome) -> Status {
+    status(ErrorCode::Unavailable, format!("internal: unexpected outcome {o:?}"), None)
+}
+
+fn history_status(e: HistoryError) -> Status {
+    match e {
+        HistoryError::Compacted { .. } => {
+            status(ErrorCode::InvalidArgument, format!("{e}; re-list with ListShards and watch from its revision"), None)
+        }
+        HistoryError::Ahead { .. } => status(ErrorCode::InvalidArgument, e.to_string(), None),
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl RegistryService for RegistryApi {
+    async fn create_region(&self, req: Request<pb::CreateRegionRequest>) -> Result<Response<pb::CreateRegionResponse>, Status> {
+        let region = cv::region_id(req.into_inner().region)?;
+        match self.reg.write(Command::CreateRegion { region }).await? {
+            Outcome::Region { region, state } => {
+                info!(region = %region, "region created");
+                Ok(Response::new(pb::CreateRegionResponse { region: Some(cv::region_to(&region, state)) }))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn set_region_state(&self, req: Request<pb::SetRegionStateRequest>) -> Result<Response<pb::SetRegionStateResponse>, Status> {
+        let r = req.into_inner();
+        let region = cv::region_id(r.region)?;
+        let state = cv::region_state_from(r.state)?;
+        match self.reg.write(Command::SetRegionState { region, state }).await? {
+            Outcome::Region { region, state } => {
+                info!(region = %region, state = %state, "region state changed");
+                Ok(Response::new(pb::SetRegionStateResponse { region: Some(cv::region_to(&region, state)) }))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn register_cell(&self, req: Request<pb::RegisterCellRequest>) -> Result<Response<pb::RegisterCellResponse>, Status> {
+        let r = req.into_inner();
+        let cmd = Command::RegisterCell { cell: cv::cell_id(r.cell)?, region: cv::region_id(r.region)?, members: cv::members_from(r.members) };
+        match self.reg.write(cmd).await? {
+            Outcome::Cell { cell, record } => {
+                info!(cell = %cell, region = %record.region, members = record.members.len(), "cell registered");
+                Ok(Response::new(pb::RegisterCellResponse { cell: Some(cv::cell_to(&cell, &record)) }))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn list_regions(&self, _req: Request<pb::ListRegionsRequest>) -> Result<Response<pb::ListRegionsResponse>, Status> {
+        let regions = self.reg.read(|st| st.regions().map(|(r, s)| cv::region_to(r, s)).collect()).await?;
+        Ok(Response::new(pb::ListRegionsResponse { regions }))
+    }
+
+    async fn list_cells(&self, req: Request<pb::ListCellsRequest>) -> Result<Response<pb::ListCellsResponse>, Status> {
+        let r = req.into_inner();
+        let region = if r.region.is_empty() { None } else { Some(cv::region_id(r.region)?) };
+        let cells = self
+            .reg
+            .read(|st| {
+                st.cells().filter(|(_, c)| region.as_ref().is_none_or(|r| &c.region == r)).map(|(id, c)| cv::cell_to(id, c)).collect()
+            })
+            .await?;
+        Ok(Response::new(pb::ListCellsResponse { cells }))
+    }
+
+    async fn create_namespace(&self, req: Request<pb::CreateNamespaceRequest>) -> Result<Response<pb::CreateNamespaceResponse>, Status> {
+        let config = cv::namespace_from(req.into_inner().config)?;
+        let config = self.namespace_write(Command::CreateNamespace { config }).await?;
+        Ok(Response::new(pb::CreateNamespaceResponse { config: Some(config) }))
+    }
+
+    async fn update_namespace(&self, req: Request<pb::UpdateNamespaceRequest>) -> Result<Response<pb::UpdateNamespaceResponse>, Status> {
+        let r = req.into_inner();
+        let config = cv::namespace_from(r.config)?;
+        let config = self.namespace_write(Command::UpdateNamespace { config, expected_version: r.expected_version }).await?;
+        Ok(Response::new(pb::UpdateNamespaceResponse { config: Some(config) }))
+    }
+
+    async fn get_namespace(&self, req: Request<pb::GetNamespaceRequest>) -> Result<Response<pb::GetNamespaceResponse>, Status> {
+        let name = cv::ns_name(req.into_inner().name)?;
+        let config = self
+            .reg
+            .read(|st| st.namespace(&name).map(cv::namespace_to))
+            .await?
+            .ok_or_else(|| registry_status(&RegistryError::UnknownNamespace(name.to_string())))?;
+        Ok(Response::new(pb::GetNamespaceResponse { config: Some(config) }))
+    }
+
+    async fn list_namespaces(&self, _req: Request<pb::ListNamespacesRequest>) -> Result<Response<pb::ListNamespacesResponse>, Status> {
+        let configs = self.reg.read(|st| st.namespaces().map(cv::namespace_to).collect()).await?;
+        Ok(Response::new(pb::ListNamespacesResponse { configs }))
+    }
+
+    async fn place_shard(&self, req: Request<pb::PlaceShardRequest>) -> Result<Response<pb::PlaceShardResponse>, Status> {
+        let r = req.into_inner();
+        let cmd = Command::PlaceShard { shard: cv::shard_key(r.ns, r.shard)?, cell: cv::cell_id(r.cell)? };
+        let owner = self.shard_write(cmd).await?;
+        info!(ns = %owner.ns, shard = %owner.shard, cell = %owner.cell, epoch = owner.epoch, "shard placed");
+        Ok(Response::new(pb::PlaceShardResponse { owner: Some(owner) }))
+    }
+
+    async fn get_owner(&self, req: Request<pb::GetOwnerRequest>) -> Result<Response<pb::GetOwnerResponse>, Status> {
+        let r = req.into_inner();
+        let key = cv::shard_key(r.ns, r.shard)?;
+        let (owner, revision) = self
+            .reg
+            .read(|st| st.get_owner(&key).map(|rec| (cv::owner_to(&key, rec), st.revision())))
+            .await?
+            .map_err(|e| registry_status(&e))?;
+        Ok(Response::new(pb::GetOwnerResponse { owner: Some(owner), revision: revision.0 }))
+    }
+
+    async fn list_shards(&self, req: Request<pb::ListShardsRequest>) -> Result<Response<pb::ListShardsResponse>, Status> {
+        let r = req.into_inner();
+        let ns = if r.ns.is_empty() { None } else { Some(cv::ns_name(r.ns)?) };
+        let cell = if r.cell.is_empty() { None } else { Some(cv::cell_id(r.cell)?) };
+        let (shards, revision) = self
+            .reg
+            .read(|st| {
+                let shards = st
+                    .list_shards()
+                    .filter(|(k, rec)| ns.as_ref().is_none_or(|n| &k.ns == n) && cell.as_ref().is_none_or(|c| &rec.cell == c))
+                    .map(|(k, rec)| cv::owner_to(k, rec))
+                    .collect();
+                (shards, st.revision())
+            })
+            .await?;
+        Ok(Response::new(pb::ListShardsResponse { shards, revision: revision.0 }))
+    }
+
+    async fn move_shard(&self, req: Request<pb::MoveShardRequest>) -> Result<Response<pb::MoveShardResponse>, Status> {
+        let r = req.into_inner();
+        let cmd = Command::BeginMove { shard: cv::shard_key(r.ns, r.shard)?, to_cell: cv::cell_id(r.to_cell)?, planned: r.planned };
+        let owner = self.shard_write(cmd).await?;
+        info!(ns = %owner.ns, shard = %owner.shard, from = %owner.cell, to = %owner.to_cell, epoch = owner.epoch, planned = owner.planned, "shard move begun");
+        Ok(Response::new(pb::MoveShardResponse { owner: Some(owner) }))
+    }
+
+    async fn abort_move(&self, req: Request<pb::AbortMoveRequest>) -> Result<Response<pb::AbortMoveResponse>, Status> {
+        let r = req.into_inner();
+        let owner = self.shard_write(Command::AbortMove { shard: cv::shard_key(r.ns, r.shard)?, epoch: Epoch(r.epoch) }).await?;
+        info!(ns = %owner.ns, shard = %owner.shard, cell = %owner.cell, epoch = owner.epoch, "shard move aborted");
+        Ok(Response::new(pb::AbortMoveResponse { owner: Some(owner) }))
+    }
+
+    type WatchOwnershipStream = BoxStream<pb::OwnershipEvent>;
+
+    async fn watch_ownership(&self, req: Request<pb::WatchOwnershipRequest>) -> Result<Response<Self::WatchOwnershipStream>, Status> {
+        let from = Revision(req.into_inner().from_revision);
+        // Subscribe before reading the history, so no event falls between the two.
+        let mut live = self.reg.hooks.subscribe();
+        let history = self.reg.read(|st| st.events_after(from)).await?.map_err(history_status)?;
+        let (tx, rx) = mpsc::channel(64);
+        let reg = self.reg.clone();
+        tokio::spawn(async move {
+            let mut last = from;
+            for ev in &history {
+                if tx.send(Ok(cv::event_to(ev))).await.is_err() {
+                    return;
+                }
+                last = ev.revision;
+            }
+            loop {
+                let batch = match live.recv().await {
+                    Ok(ev) if ev.revision.0 <= last.0 + 1 => vec![ev],
+                    // A gap (a snapshot was installed, or we lagged): catch up from the
+                    // retained history.
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        match reg.state.read(|m| m.state().events_after(last)) {
+                            Ok(evs) => evs,
+                            Err(e) => {
+                                let msg = format!("watcher fell behind: {e}; resume from revision {}", last.0);
+                                let _ = tx.send(Err(status(ErrorCode::Unavailable, msg, None))).await;
+                                return;
+                            }
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                for ev in batch {
+                    if ev.revision <= last {
+                        continue;
+                    }
+                    last = ev.revision;
+                    if tx.send(Ok(cv::event_to(&ev))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn renew_ownership(&self, req: Request<pb::RenewOwnershipRequest>) -> Result<Response<pb::RenewOwnershipResponse>, Status> {
+        let cell = cv::cell_id(req.into_inner().cell)?;
+        self.reg.lease_check().await?;
+        // Under the leases lock, so the leader duty never judges a shard's lease over
+        // between this read of the state and the record of the grant.
+        let (lease, owned, configs) = {
+            let mut guard = self.reg.hooks.leases.lock().expect("leases lock");
+            let leases = guard
+                .as_mut()
+                .ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly".into(), None))?;
+            let (owned, configs) = self
+                .reg
+                .state
+                .read(|m| {
+                    let st = m.state();
+                    st.cell(&cell).ok_or_else(|| RegistryError::UnknownCell(cell.to_string()))?;
+                    let owned = st.shards_of_cell(&cell);
+                    let names: BTreeSet<_> = owned.iter().map(|o| &o.shard.ns).collect();
+                    let configs: Vec<_> = names.into_iter().filter_map(|n| st.namespace(n)).map(cv::namespace_to).collect();
+                    Ok::<_, RegistryError>((owned, configs))
+                })
+                .map_err(|e| registry_status(&e))?;
+            leases.granted(Instant::now(), owned.iter().map(|o| &o.shard));
+            (leases.lease(), owned, configs)
+        };
+        debug!(cell = %cell, shards = owned.len(), "ownership lease renewed");
+        let shards = owned
+            .into_iter()
+            .map(|o| {
+                let (delayed_locks, previous_unsealed) = match &o.handover {
+                    None => (vec![], false),
+                    Some(h) => match &h.seal {
+                        Some(seal) => (seal.held_locks.iter().map(ToString::to_string).collect(), false),
+                        None => (vec![], true),
+                    },
+                };
+                pb::OwnedShard {
+                    ns: o.shard.ns.to_string(),
+                    shard: o.shard.shard.to_string(),
+                    epoch: o.epoch.0,
+                    draining: o.draining,
+                    delayed_locks,
+                    previous_unsealed,
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::RenewOwnershipResponse { lease_ms: lease.as_millis() as u64, shards, configs }))
+    }
+
+    async fn report_sealed(&self, req: Request<pb::ReportSealedRequest>) -> Result<Response<pb::ReportSealedResponse>, Status> {
+        let r = req.into_inner();
+        let key = cv::shard_key(r.ns, r.shard)?;
+        let epoch = Epoch(r.epoch);
+        let highest = (r.highest_token != 0).then_some(FencingToken(r.highest_token));
+        let held_locks = r.held_locks.into_iter().map(LockName::new).collect::<Result<Vec<_>, _>>().map_err(invalid)?;
+        let leader = self.reg.assume_leader()?;
+        let sealed = Command::Sealed { shard: key.clone(), epoch, highest, held_locks };
+        let record = match self.reg.propose(leader, sealed).await? {
+            Ok(Outcome::Shard { record, .. }) => record,
+            Ok(other) => return Err(unexpected(other)),
+            Err(e @ RegistryError::StaleEpoch { .. }) => {
+                // A retried report after the move completed is answered with the result.
+                let current = self.reg.read(|st| st.get_owner(&key).cloned()).await?.map_err(|e| registry_status(&e))?;
+                let same_report = current
+                    .handover
+                    .as_ref()
+                    .is_some_and(|h| h.from_epoch == epoch && h.seal.as_ref().is_some_and(|s| s.highest == highest));
+                if same_report {
+                    return Ok(Response::new(pb::ReportSealedResponse { owner: Some(cv::owner_to(&key, &current)) }));
+                }
+                return Err(registry_status(&e));
+            }
+            Err(e) => return Err(registry_status(&e)),
+        };
+        info!(shard = %key, epoch = epoch.0, highest = ?highest.map(|t| t.0), "source sealed the shard");
+        let owner = match &record.state {
+            ShardState::Active => cv::owner_to(&key, &record),
+            ShardState::Moving(_) => match self.reg.propose(leader, Command::CompleteMove { shard: key.clone(), epoch }).await? {
+                Ok(Outcome::Shard { record, .. }) => {
+                    info!(shard = %key, cell = %record.cell, epoch = record.epoch.0, "shard transferred");
+                    cv::owner_to(&key, &record)
+                }
+                Ok(other) => return Err(unexpected(other)),
+                // The leader duty completed it first.
+                Err(RegistryError::StaleEpoch { .. }) => {
+                    let current = self.reg.read(|st| st.get_owner(&key).cloned()).await?.map_err(|e| registry_status(&e))?;
+                    cv::owner_to(&key, &current)
+                }
+                Err(e) => return Err(registry_status(&e)),
+            },
+        };
+        Ok(Response::new(pb::ReportSealedResponse { owner: Some(owner) }))
+    }
+}

@@ -1,0 +1,306 @@
+//! A 3-node registry over real gRPC on loopback, RocksDB in temp dirs. Each test reads
+//! as phases; names say what they pin.
+
+mod common;
+
+use common::*;
+use holdfast_proto::registry::v1 as pb;
+use std::time::{Duration, Instant};
+use tokio_stream::StreamExt;
+use tracing::info;
+
+const LEASE: Duration = Duration::from_millis(LEASE_MS);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
+    let _g = serial();
+    let reg = TestRegistry::start().await;
+    let leader = reg.leader().await;
+    let mut c = reg.client(leader).await;
+
+    info!("--- regions, cells, a namespace and a shard");
+    topology(&mut c).await;
+    let o = owner(&mut c, "pay", "default").await;
+    assert_eq!((o.region.as_str(), o.cell.as_str(), o.epoch, o.state), ("east", "east-1", 1, pb::ShardState::Active as i32));
+    let ns = c.get_namespace(pb::GetNamespaceRequest { name: "pay".into() }).await.unwrap().into_inner().config.unwrap();
+    assert_eq!((ns.version, ns.lock_delay_ms), (1, 1_000));
+
+    info!("--- a follower answers NOT_LEADER with the leader's client address");
+    let follower = *reg.nodes.keys().find(|id| **id != leader).unwrap();
+    let e = reg.client(follower).await.get_owner(pb::GetOwnerRequest { ns: "pay".into(), shard: String::new() }).await.unwrap_err();
+    assert_eq!(code(&e), "NOT_LEADER");
+    let hint = e.metadata().get("holdfast-leader").unwrap().to_str().unwrap().to_owned();
+    assert_eq!(hint, reg.client_addr(leader).to_string());
+
+    info!("--- an evacuated region to move into");
+    c.create_region(pb::CreateRegionRequest { region: "gone".into() }).await.unwrap();
+    c.register_cell(pb::RegisterCellRequest { cell: "gone-1".into(), region: "gone".into(), members: members(9000) }).await.unwrap();
+    c.set_region_state(pb::SetRegionStateRequest { region: "gone".into(), state: pb::RegionState::Evacuated as i32 }).await.unwrap();
+
+    info!("--- bad inputs, each refused with its code, each changing nothing");
+    let before = listing(&mut c).await;
+    let mut inverted = ns_config("fresh");
+    inverted.ttl_min_ms = 10_000;
+    inverted.ttl_max_ms = 5_000;
+    let cases: Vec<(&str, &str, Result<(), tonic::Status>)> = vec![
+        (
+            "unknown region",
+            "INVALID_ARGUMENT",
+            c.register_cell(pb::RegisterCellRequest { cell: "mars-1".into(), region: "mars".into(), members: members(1) }).await.map(drop),
+        ),
+        (
+            "unknown region state change",
+            "INVALID_ARGUMENT",
+            c.set_region_state(pb::SetRegionStateRequest { region: "mars".into(), state: pb::RegionState::Draining as i32 }).await.map(drop),
+        ),
+        ("duplicate namespace", "INVALID_ARGUMENT", c.create_namespace(pb::CreateNamespaceRequest { config: Some(ns_config("pay")) }).await.map(drop)),
+        ("inverted ttl bounds", "INVALID_ARGUMENT", c.create_namespace(pb::CreateNamespaceRequest { config: Some(inverted) }).await.map(drop)),
+        (
+            "move to an evacuated region",
+            "INVALID_ARGUMENT",
+            c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "gone-1".into(), planned: true }).await.map(drop),
+        ),
+        (
+            "move to the same cell",
+            "INVALID_ARGUMENT",
+            c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "east-1".into(), planned: true }).await.map(drop),
+        ),
+        ("unknown shard", "UNKNOWN_SHARD", c.get_owner(pb::GetOwnerRequest { ns: "pay".into(), shard: "nope".into() }).await.map(drop)),
+        ("unknown namespace", "UNKNOWN_NAMESPACE", c.get_namespace(pb::GetNamespaceRequest { name: "ghost".into() }).await.map(drop)),
+        (
+            "malformed name",
+            "INVALID_ARGUMENT",
+            c.create_region(pb::CreateRegionRequest { region: "Not A Name".into() }).await.map(drop),
+        ),
+        (
+            "stale namespace version",
+            "INVALID_ARGUMENT",
+            c.update_namespace(pb::UpdateNamespaceRequest { config: Some(ns_config("pay")), expected_version: 7 }).await.map(drop),
+        ),
+        ("renewal of an unknown cell", "INVALID_ARGUMENT", c.renew_ownership(pb::RenewOwnershipRequest { cell: "nope".into() }).await.map(drop)),
+    ];
+    for (what, want, got) in cases {
+        let e = got.expect_err(what);
+        assert_eq!(code(&e), want, "{what}: {}", e.message());
+        assert!(!e.message().is_empty());
+    }
+    assert_eq!(listing(&mut c).await, before, "a refused call changed the registry");
+
+    info!("--- a move of a shard already moving is MOVING, and changes nothing");
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: true }).await.unwrap();
+    let before = listing(&mut c).await;
+    let e = c
+        .move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: false })
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "MOVING", "{}", e.message());
+    assert!(e.message().contains("already moving"), "{}", e.message());
+    assert_eq!(listing(&mut c).await, before);
+    reg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_move_drains_the_source_and_its_seal_hands_over_at_the_next_epoch() {
+    let _g = serial();
+    let reg = TestRegistry::start().await;
+    let mut c = reg.leader_client().await;
+    topology(&mut c).await;
+
+    info!("--- the source's renewal covers the shard; the target's does not");
+    let r = renew(&mut c, "east-1").await;
+    assert_eq!(r.lease_ms, LEASE_MS);
+    assert_eq!(r.shards.iter().map(|s| (s.ns.as_str(), s.epoch, s.draining)).collect::<Vec<_>>(), vec![("pay", 1, false)]);
+    assert_eq!(r.configs.iter().map(|c| (c.name.as_str(), c.version)).collect::<Vec<_>>(), vec![("pay", 1)]);
+    assert!(renew(&mut c, "west-1").await.shards.is_empty());
+
+    info!("--- begin a planned move: the source drains, the target still has nothing");
+    let o = c
+        .move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: true })
+        .await
+        .unwrap()
+        .into_inner()
+        .owner
+        .unwrap();
+    assert_eq!((o.state, o.to_cell.as_str(), o.epoch), (pb::ShardState::Moving as i32, "west-1", 1));
+    let r = renew(&mut c, "east-1").await;
+    assert!(r.shards[0].draining, "the source must drain");
+    assert!(renew(&mut c, "west-1").await.shards.is_empty());
+    // A planned move never completes on a timer: still moving after a full lease.
+    tokio::time::sleep(LEASE + Duration::from_millis(GRACE_MS + 300)).await;
+    assert_eq!(owner(&mut c, "pay", "default").await.state, pb::ShardState::Moving as i32);
+
+    info!("--- the source seals and reports its highest token");
+    let highest = (1u64 << 40) | 17;
+    let report = pb::ReportSealedRequest {
+        ns: "pay".into(),
+        shard: "default".into(),
+        epoch: 1,
+        highest_token: highest,
+        held_locks: vec!["settle".into()],
+    };
+    let o = c.report_sealed(report.clone()).await.unwrap().into_inner().owner.unwrap();
+    assert_eq!((o.region.as_str(), o.cell.as_str(), o.epoch, o.state), ("west", "west-1", 2, pb::ShardState::Active as i32));
+    let again = c.report_sealed(report).await.unwrap().into_inner().owner.unwrap();
+    assert_eq!(again, o, "a retried report gets the same answer");
+
+    info!("--- the target's renewal covers epoch 2 with the held locks delayed; the source's nothing");
+    let r = renew(&mut c, "west-1").await;
+    assert_eq!(r.shards.len(), 1);
+    let s = &r.shards[0];
+    assert_eq!((s.epoch, s.draining, s.delayed_locks.clone(), s.previous_unsealed), (2, false, vec!["settle".to_owned()], false));
+    assert!(renew(&mut c, "east-1").await.shards.is_empty());
+    let e = c
+        .report_sealed(pb::ReportSealedRequest { ns: "pay".into(), shard: "default".into(), epoch: 1, highest_token: 5, held_locks: vec![] })
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "STALE_EPOCH");
+    reg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unplanned_move_completes_only_after_the_sources_lease_ran_out() {
+    let _g = serial();
+    let reg = TestRegistry::start().await;
+    let mut c = reg.leader_client().await;
+    topology(&mut c).await;
+
+    // A new leader treats every shard as covered for one lease after its election; let
+    // that pass, so that only the renewal below covers the shard.
+    tokio::time::sleep(LEASE).await;
+
+    info!("--- the source renews (its lease now covers the shard), then the region 'goes down'");
+    let sent = Instant::now();
+    let r = renew(&mut c, "east-1").await;
+    assert_eq!(r.shards.len(), 1);
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false })
+        .await
+        .unwrap();
+
+    info!("--- while it waits, a source that still renews is no longer given the shard");
+    let r = renew(&mut c, "east-1").await;
+    assert!(r.shards.is_empty(), "renewals stop covering a shard in an unplanned move");
+    assert!(renew(&mut c, "west-1").await.shards.is_empty(), "the target gets nothing before the epoch bump");
+
+    info!("--- the move completes after the lease, not before");
+    let deadline = Instant::now() + WAIT;
+    let done = loop {
+        let o = owner(&mut c, "pay", "default").await;
+        if o.state == pb::ShardState::Active as i32 {
+            assert_eq!((o.cell.as_str(), o.region.as_str(), o.epoch), ("west-1", "west", 2));
+            break Instant::now();
+        }
+        assert_eq!(o.epoch, 1);
+        // Renewing keeps the cell's lease alive but must not extend the moving shard.
+        renew(&mut c, "east-1").await;
+        assert!(Instant::now() < deadline, "the unplanned move never completed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let waited = done - sent;
+    // The registry granted `now + LEASE` with `now` after `sent`, and waits GRACE more.
+    let bound = LEASE + Duration::from_millis(GRACE_MS);
+    assert!(waited >= bound, "moved after {waited:?}, before the source's {LEASE:?} lease (+ grace) ran out");
+    // Lease + grace + the duty tick, with a generous margin for a loaded machine.
+    assert!(waited <= LEASE + Duration::from_millis(GRACE_MS + 2_000), "moved only after {waited:?}");
+    info!(?waited, "unplanned move completed");
+
+    info!("--- the target adopts epoch 2 knowing the source never sealed");
+    let r = renew(&mut c, "west-1").await;
+    assert_eq!(r.shards.iter().map(|s| (s.epoch, s.previous_unsealed)).collect::<Vec<_>>(), vec![(2, true)]);
+    reg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_continue_after_the_registry_leader_is_killed_and_the_new_leader_waits_a_lease() {
+    let _g = serial();
+    let mut reg = TestRegistry::start().await;
+    let l1 = reg.leader().await;
+    let mut c = reg.client(l1).await;
+    topology(&mut c).await;
+
+    info!("--- kill the registry leader (one region's voter)");
+    let killed = Instant::now();
+    reg.stop_node(l1).await;
+    let l2 = reg.leader().await;
+    assert_ne!(l1, l2);
+    let mut c = reg.client(l2).await;
+
+    info!("--- the survivors know everything and accept writes");
+    assert_eq!(owner(&mut c, "pay", "default").await.epoch, 1);
+    c.create_namespace(pb::CreateNamespaceRequest { config: Some(ns_config("search")) }).await.unwrap();
+    c.place_shard(pb::PlaceShardRequest { ns: "search".into(), shard: "s1".into(), cell: "west-1".into() }).await.unwrap();
+    assert_eq!(owner(&mut c, "search", "s1").await.cell, "west-1");
+    let mut updated = ns_config("pay");
+    updated.lock_delay_ms = 2_000;
+    let cfg = c.update_namespace(pb::UpdateNamespaceRequest { config: Some(updated), expected_version: 1 }).await.unwrap().into_inner().config.unwrap();
+    assert_eq!((cfg.version, cfg.lock_delay_ms), (2, 2_000));
+
+    info!("--- an unplanned move right away waits out the lease the old leader may have granted");
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false })
+        .await
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while owner(&mut c, "pay", "default").await.epoch != 2 {
+        assert!(Instant::now() < deadline, "the unplanned move never completed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waited = killed.elapsed();
+    let bound = LEASE + Duration::from_millis(GRACE_MS);
+    assert!(waited >= bound, "a new leader moved a shard {waited:?} after the old one died, within one lease (+ grace)");
+    reg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_resumed_from_a_revision_misses_nothing() {
+    let _g = serial();
+    let reg = TestRegistry::start().await;
+    let mut c = reg.leader_client().await;
+    topology(&mut c).await;
+    let start = c.list_shards(pb::ListShardsRequest::default()).await.unwrap().into_inner().revision;
+    assert_eq!(start, 1, "the placement is the first ownership event");
+
+    info!("--- a watcher from the start sees the placement and a move begun");
+    let mut w = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 0 }).await.unwrap().into_inner();
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: true }).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        seen.push(tokio::time::timeout(WAIT, w.next()).await.unwrap().unwrap().unwrap());
+    }
+    info!("--- it disconnects; the move completes and another shard is placed meanwhile");
+    drop(w);
+    c.report_sealed(pb::ReportSealedRequest { ns: "pay".into(), shard: "default".into(), epoch: 1, highest_token: 0, held_locks: vec![] })
+        .await
+        .unwrap();
+    c.place_shard(pb::PlaceShardRequest { ns: "pay".into(), shard: "s2".into(), cell: "east-1".into() }).await.unwrap();
+
+    info!("--- resumed from the last revision it saw, it gets the rest, then live events");
+    let last = seen.last().unwrap().revision;
+    let mut w = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: last }).await.unwrap().into_inner();
+    for _ in 0..3 {
+        seen.push(tokio::time::timeout(WAIT, w.next()).await.unwrap().unwrap().unwrap());
+    }
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "s2".into(), to_cell: "west-1".into(), planned: false }).await.unwrap();
+    seen.push(tokio::time::timeout(WAIT, w.next()).await.unwrap().unwrap().unwrap());
+
+    let revs: Vec<u64> = seen.iter().map(|e| e.revision).collect();
+    assert_eq!(revs, (1..=6).collect::<Vec<_>>(), "every change, in order, none twice");
+    let moves: Vec<(&str, &str, u32, i32)> =
+        seen.iter().map(|e| (e.shard.as_str(), e.cell.as_str(), e.epoch, e.state)).collect();
+    let (active, moving) = (pb::ShardState::Active as i32, pb::ShardState::Moving as i32);
+    assert_eq!(
+        moves,
+        vec![
+            ("default", "east-1", 1, active),
+            ("default", "east-1", 1, moving),
+            ("default", "east-1", 1, moving), // sealed
+            ("default", "west-1", 2, active),
+            ("s2", "east-1", 1, active),
+            ("s2", "east-1", 1, moving),
+        ]
+    );
+    assert!(seen[2].sealed);
+
+    info!("--- a revision ahead of the registry is refused");
+    let e = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 1_000 }).await.map(drop).unwrap_err();
+    assert_eq!(code(&e), "INVALID_ARGUMENT");
+    reg.shutdown().await;
+}

@@ -1,0 +1,28 @@
+//! holdfast-registry-state: the pure ownership registry.
+//!
+//! [`RegistryState::apply`] is the only way to change it: one committed Raft entry in,
+//! one [`Applied`] (result plus ownership events) out. It stores regions, cells,
+//! versioned namespace configs and shard placement (home region, cell, epoch, transfer
+//! state), and it bumps a shard's epoch on every completed transfer. It reads no clock,
+//! draws no random number and does no I/O, so every replica that applies the same log
+//! holds the same map.
+//!
+//! What does not live here: ownership leases and the decision that a source cell's
+//! lease has run out (the registry leader measures those on its monotonic clock and
+//! commits `CompleteMove`), Raft, networking, and the mapping of error codes to
+//! gRPC/HTTP (that is `holdfast-core`).
+
+mod codec;
+mod command;
+mod outcome;
+mod reads;
+mod state;
+mod transfers;
+
+pub use codec::{CodecError, FORMAT_VERSION};
+pub use command::{CellMember, Command, Entry};
+pub use outcome::{Applied, OwnershipEvent, Outcome, RegistryError};
+pub use reads::{HistoryError, OwnedShard};
+pub use state::{
+    CellRecord, Handover, Move, RegionState, RegistryState, SealReport, ShardRecord, ShardState, HISTORY_CAP,
+};
