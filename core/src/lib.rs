@@ -2,12 +2,14 @@
 //!
 //! What lives here: id newtypes ([`SessionId`], [`Epoch`], [`FencingToken`], names),
 //! the enums shared by every layer ([`Mode`], [`EndReason`], [`Intent`], [`Posture`]),
-//! the namespace configuration with its validation, and the one table of stable
-//! error codes with their gRPC and HTTP mappings ([`ErrorCode`]).
+//! the namespace configuration with its validation, the one table of stable
+//! error codes with their gRPC and HTTP mappings ([`ErrorCode`]), and the versioned
+//! framing of persisted records ([`codec`]: magic, version, bincode).
 //!
 //! What does not: anything that does I/O, reads a clock, or knows tokio, tonic,
 //! openraft or RocksDB. Every other crate depends on this one, so it stays small.
 
+pub mod codec;
 mod error;
 mod ids;
 pub mod metric_names;

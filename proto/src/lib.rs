@@ -1,8 +1,12 @@
-//! holdfast-proto: the wire API. Generated code only, plus the descriptor set for
-//! gRPC reflection. Conversions to and from domain types live with the servers and
-//! clients that need them, not here.
+//! holdfast-proto: the wire API. The generated code, the descriptor set for gRPC
+//! reflection, and [`convert`]: the wire <-> domain conversions of `holdfast-core`'s
+//! types (namespace config, intent, posture, mode, shard keys), shared by every server
+//! and client. Depends only on `holdfast-core`; conversions of a state crate's types
+//! live with the server that owns that state, not here.
 
 #![allow(missing_debug_implementations, clippy::all)]
+
+pub mod convert;
 
 /// The encoded `FileDescriptorSet` of every holdfast proto, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("holdfast_descriptor");

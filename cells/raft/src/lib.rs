@@ -9,6 +9,11 @@
 //! - the tonic gRPC network: `holdfast.raft.v1.RaftService` client ([`GrpcNetworkFactory`])
 //!   and server ([`RaftGrpcService`]), and the `RaftAdmin` service ([`RaftAdminService`]);
 //! - [`RaftNode`], which starts all of that on one listener;
+//! - what every node configuration shares ([`settings`]): layered loading, and the
+//!   validation of the Raft timings and addresses;
+//! - [`Group`], a server's handle on its running group: the [`Leader`] proof, proposals
+//!   with a bounded wait, linearizable reads and the leader-lease check, each failure
+//!   already the gRPC status clients expect;
 //! - with feature `test-support`, a fault-injecting layer over the gRPC network and a
 //!   toy state machine ([`testing`]).
 //!
@@ -31,11 +36,13 @@
 mod admin;
 mod convert;
 mod error;
+mod group;
 mod log_store;
 mod network;
 mod node;
 pub mod rocks;
 mod service;
+pub mod settings;
 mod sm_store;
 pub mod types;
 
@@ -44,6 +51,7 @@ pub mod testing;
 
 pub use admin::{metrics_to_pb, RaftAdminService};
 pub use convert::DecodeError;
+pub use group::{wall_clock_ms, Group, Leader, PROPOSE_TIMEOUT, READ_TIMEOUT};
 pub use error::{status, InitError, StartError, WriteError, CODE_METADATA, LEADER_METADATA};
 pub use log_store::LogStore;
 pub use network::{GrpcConnection, GrpcNetworkFactory, NetworkOptions, SNAPSHOT_CHUNK_BYTES};

@@ -6,7 +6,6 @@
 use crate::cell::Cell;
 use crate::clock::LeaseClock;
 use holdfast_cell_state::Command;
-use holdfast_raft::{current_metrics, ReadPolicy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -17,33 +16,14 @@ const TICK: Duration = Duration::from_millis(50);
 
 /// Runs until `shutdown` turns true.
 pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, mut shutdown: watch::Receiver<bool>) {
-    loop {
-        // Wait to become leader.
-        loop {
-            if *shutdown.borrow() {
-                return;
-            }
-            if cell.raft.as_leader().is_ok() {
-                break;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(TICK) => {}
-                _ = shutdown.changed() => {}
-            }
-        }
-        let term = current_metrics(&cell.raft).current_term;
-        // Everything earlier leaders committed must be applied before the clock is
-        // built from the state: a read index in this term guarantees that.
-        if let Err(e) = cell.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            warn!(term, error = %e, "could not confirm leadership; not starting leader duties");
-            tokio::time::sleep(TICK).await;
-            continue;
-        }
+    // `await_leadership` returns once everything earlier leaders committed is applied,
+    // so the clock is built from the state they left.
+    while let Some(term) = cell.group.await_leadership(&mut shutdown).await {
         install_clock(&cell, checkpoint_interval);
-        info!(node_id = cell.node_id, term, "leader duties started: session countdowns resumed");
+        info!(node_id = cell.group.node_id(), term, "leader duties started: session countdowns resumed");
         duties(&cell, term, checkpoint_interval, &mut shutdown).await;
         *cell.hooks.clock.lock().expect("clock lock") = None;
-        info!(node_id = cell.node_id, term, "leader duties stopped");
+        info!(node_id = cell.group.node_id(), term, "leader duties stopped");
     }
 }
 
@@ -51,7 +31,7 @@ pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, mut shutdown: w
 /// read lock, which every apply holds for writing, so no entry falls between the
 /// state the clock was built from and the first `on_applied` it sees.
 fn install_clock(cell: &Cell, checkpoint_interval: Duration) {
-    cell.state.read(|m| {
+    cell.group.state().read(|m| {
         let mut clock = cell.hooks.clock.lock().expect("clock lock");
         let arrivals = cell.hooks.arrivals.lock().expect("arrivals lock");
         *clock = Some(LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval, &arrivals));
@@ -63,10 +43,7 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
         if *shutdown.borrow() {
             return;
         }
-        let Ok(leader) = cell.assume_leader() else { return };
-        if current_metrics(&cell.raft).current_term != term {
-            return;
-        }
+        let Some(leader) = cell.group.leader_in_term(term) else { return };
         let (commands, next) = {
             let mut guard = cell.hooks.clock.lock().expect("clock lock");
             let clock = match guard.as_mut() {
@@ -86,7 +63,7 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
         for cmd in commands {
             let kind = cmd.kind();
             let expiring_ns = match &cmd {
-                Command::ExpireSession { session } => cell.state.read(|m| m.state().session(*session).map(|v| v.home.ns)),
+                Command::ExpireSession { session } => cell.group.state().read(|m| m.state().session(*session).map(|v| v.home.ns)),
                 _ => None,
             };
             match cell.propose(leader, cmd).await {

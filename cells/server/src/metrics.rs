@@ -48,8 +48,8 @@ pub async fn refresh(cell: Arc<Cell>, cell_name: String, mut shutdown: watch::Re
     let mut ns_seen: BTreeSet<String> = BTreeSet::new();
     let mut shards_seen: BTreeSet<(String, String)> = BTreeSet::new();
     loop {
-        let rm = current_metrics(&cell.raft);
-        let node = cell.node_id.to_string();
+        let rm = current_metrics(cell.group.raft());
+        let node = cell.group.node_id().to_string();
         let leads = cell.assume_leader().is_ok();
         let labels = [("group", cell_name.clone()), ("node", node)];
         metrics::gauge!(m::RAFT_HAS_LEADER, &labels).set(f64::from(u8::from(rm.current_leader.is_some())));
@@ -58,7 +58,7 @@ pub async fn refresh(cell: Arc<Cell>, cell_name: String, mut shutdown: watch::Re
         metrics::gauge!(m::RAFT_COMMIT_INDEX, &labels).set(rm.local_committed.as_ref().map_or(0, |l| l.index) as f64);
         metrics::gauge!(m::RAFT_APPLIED_INDEX, &labels).set(rm.last_applied.as_ref().map_or(0, |l| l.index) as f64);
 
-        let (stats, shards) = cell.state.read(|mach| (mach.state().namespace_stats(), mach.state().shards().collect::<Vec<_>>()));
+        let (stats, shards) = cell.group.state().read(|mach| (mach.state().namespace_stats(), mach.state().shards().collect::<Vec<_>>()));
         let now_ms = wall_clock_ms();
         let mut waiters_now = BTreeSet::new();
         let mut ns_now = BTreeSet::new();

@@ -11,7 +11,7 @@ use crate::service::LockApi;
 use holdfast_proto::admin::v1::cell_admin_server::CellAdminServer;
 use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
 use holdfast_raft::types::RaftMetrics;
-use holdfast_raft::{InitError, Node, NodeConfig, RaftNode, RaftTimings, StartError};
+use holdfast_raft::{Group, InitError, Node, NodeConfig, RaftNode, StartError};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -69,20 +69,15 @@ impl CellServer {
         let client_addr = client.local_addr()?;
         let mut node_cfg = NodeConfig::new(cfg.node_id, format!("cell-{}", cfg.cell), &cfg.data_dir);
         node_cfg.client_addr = cfg.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string());
-        node_cfg.timings = RaftTimings {
-            heartbeat_ms: cfg.heartbeat_ms,
-            election_min_ms: cfg.election_min_ms,
-            election_max_ms: cfg.election_max_ms,
-            snapshot_every_logs: cfg.snapshot_every_logs,
-            ..RaftTimings::default()
-        };
+        node_cfg.timings = cfg.timings();
         Ok((node_cfg, client))
     }
 
     fn serve(cfg: &CellConfig, node: RaftNode<CellMachine>, hooks: Arc<Hooks>, client: TcpListener) -> CellServer {
         let client_addr = client.local_addr().expect("bound listener has an address");
         holdfast_telemetry::install();
-        let cell = Arc::new(Cell { raft: node.raft().clone(), state: node.state().clone(), hooks, node_id: cfg.node_id });
+        let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "this cell");
+        let cell = Arc::new(Cell { group, hooks });
         let (shutdown, rx) = watch::channel(false);
         let mut stop = rx.clone();
         let svc = tonic::transport::Server::builder()
@@ -101,7 +96,7 @@ impl CellServer {
         if let Some(addr) = cfg.metrics_addr.clone() {
             let ready_cell = cell.clone();
             // Ready: this node knows a leader of its cell, so calls to it get an answer.
-            let ready: holdfast_telemetry::Readiness = Arc::new(move || holdfast_raft::current_metrics(&ready_cell.raft).current_leader.is_some());
+            let ready: holdfast_telemetry::Readiness = Arc::new(move || holdfast_raft::current_metrics(ready_cell.group.raft()).current_leader.is_some());
             let stop = rx.clone();
             tokio::spawn(async move {
                 let served = match TcpListener::bind(&addr).await {

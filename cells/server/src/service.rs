@@ -68,7 +68,7 @@ impl LockApi {
                 }
                 Renewal::Unknown => {
                     // Still in the state: its expiry is due or in flight.
-                    return Err(self.cell.state.read(|m| match m.state().session(session) {
+                    return Err(self.cell.group.state().read(|m| match m.state().session(session) {
                         Some(_) => status(ErrorCode::SessionExpired, format!("session {session} has expired"), None),
                         None => cell_status(&m.state().dead_session_error(session)),
                     }));
@@ -324,7 +324,7 @@ impl LockService for LockApi {
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         // Fell behind the broadcast: catch up from the retained history.
-                        match cell.state.read(|m| m.state().events_after(last, Some((&shard, &name)))) {
+                        match cell.group.state().read(|m| m.state().events_after(last, Some((&shard, &name)))) {
                             Ok(evs) => evs,
                             Err(c) => {
                                 let _ = tx.send(Ok(pb::WatchResponse { events: vec![], compact_revision: c.oldest.0 })).await;

@@ -1,5 +1,6 @@
 //! Persisted and replicated formats. Every encoding starts with a magic and a
-//! version, so the next release can read what this one wrote (STYLE.md #13).
+//! version, so the next release can read what this one wrote (STYLE.md #13). The
+//! framing is `holdfast_core::codec`'s; the magics and the version are this crate's.
 
 use crate::command::Entry;
 use crate::outcome::Applied;
@@ -11,62 +12,36 @@ const APPLIED_MAGIC: &[u8; 4] = b"HFCA";
 /// Bump on any change to the serialized types; keep a reader for the old one.
 pub const FORMAT_VERSION: u16 = 1;
 
-#[derive(Debug, thiserror::Error)]
-pub enum CodecError {
-    #[error("not a holdfast {what}: bad magic")]
-    BadMagic { what: &'static str },
-    #[error("{what} format version {found} is newer than this build reads ({FORMAT_VERSION})")]
-    UnknownVersion { what: &'static str, found: u16 },
-    #[error("corrupt {what}: {source}")]
-    Corrupt { what: &'static str, source: bincode::Error },
-}
-
-fn encode<T: serde::Serialize>(magic: &[u8; 4], v: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(magic);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    bincode::serialize_into(&mut out, v).expect("in-memory serialization cannot fail");
-    out
-}
-
-fn decode<T: serde::de::DeserializeOwned>(magic: &[u8; 4], what: &'static str, bytes: &[u8]) -> Result<T, CodecError> {
-    if bytes.len() < 6 || &bytes[..4] != magic {
-        return Err(CodecError::BadMagic { what });
-    }
-    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if version != FORMAT_VERSION {
-        return Err(CodecError::UnknownVersion { what, found: version });
-    }
-    bincode::deserialize(&bytes[6..]).map_err(|source| CodecError::Corrupt { what, source })
-}
+pub use holdfast_core::codec::CodecError;
+use holdfast_core::codec::{decode_versioned, encode_versioned};
 
 impl CellState {
     /// A snapshot of the whole state; [`CellState::restore`] gives back an equal state.
     pub fn snapshot(&self) -> Vec<u8> {
-        encode(SNAPSHOT_MAGIC, self)
+        encode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, self)
     }
 
     pub fn restore(bytes: &[u8]) -> Result<CellState, CodecError> {
-        decode(SNAPSHOT_MAGIC, "cell snapshot", bytes)
+        decode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, "cell snapshot", bytes)
     }
 }
 
 impl Entry {
     pub fn encode(&self) -> Vec<u8> {
-        encode(ENTRY_MAGIC, self)
+        encode_versioned(ENTRY_MAGIC, FORMAT_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Entry, CodecError> {
-        decode(ENTRY_MAGIC, "cell log entry", bytes)
+        decode_versioned(ENTRY_MAGIC, FORMAT_VERSION, "cell log entry", bytes)
     }
 }
 
 impl Applied {
     pub fn encode(&self) -> Vec<u8> {
-        encode(APPLIED_MAGIC, self)
+        encode_versioned(APPLIED_MAGIC, FORMAT_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Applied, CodecError> {
-        decode(APPLIED_MAGIC, "cell apply result", bytes)
+        decode_versioned(APPLIED_MAGIC, FORMAT_VERSION, "cell apply result", bytes)
     }
 }

@@ -1,7 +1,11 @@
 //! A registry node's configuration: a typed struct with every field documented (unit,
 //! default), loaded with the `config` crate from a file, then `HOLDFAST_*` environment
-//! variables, then command-line overrides, and validated as a whole.
+//! variables, then command-line overrides, and validated as a whole. The loading and
+//! the checks every Raft node needs are `holdfast_raft::settings`'s; the registry's own
+//! rules (the ownership lease) are here.
 
+use holdfast_raft::settings::{load_layered, validate_node};
+use holdfast_raft::RaftTimings;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -39,58 +43,40 @@ pub struct RegistryConfig {
     pub shutdown_deadline_ms: u64,
 }
 
-/// A configuration that cannot work.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot load the configuration: {0}")]
-    Load(#[from] config::ConfigError),
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
+pub use holdfast_raft::settings::ConfigError;
 
 impl RegistryConfig {
-    /// Loads from `file` (if any), then `HOLDFAST_*` env (`HOLDFAST_NODE_ID=2`), then
+    /// Loads from the defaults (the node defaults are `holdfast_raft::settings`'s), then
+    /// `file` (if any), then `HOLDFAST_*` env (`HOLDFAST_NODE_ID=2`), then
     /// `overrides` (from flags), and validates.
     pub fn load(file: Option<&Path>, overrides: &[(&str, String)]) -> Result<RegistryConfig, ConfigError> {
-        let mut b = config::Config::builder()
-            .set_default("region", "local")?
-            .set_default("raft_addr", "127.0.0.1:7201")?
-            .set_default("client_addr", "127.0.0.1:7200")?
-            .set_default("heartbeat_ms", 150)?
-            .set_default("election_min_ms", 1000)?
-            .set_default("election_max_ms", 2000)?
-            .set_default("ownership_lease_ms", 3000)?
-            .set_default("ownership_grace_ms", 200)?
-            .set_default("snapshot_every_logs", 5000)?
-            .set_default("shutdown_deadline_ms", 5000)?;
-        if let Some(f) = file {
-            b = b.add_source(config::File::from(f));
-        }
-        // The prefix separator must be set too or `HOLDFAST_X` is silently ignored.
-        b = b.add_source(config::Environment::with_prefix("HOLDFAST").prefix_separator("_").separator("__").try_parsing(true));
-        for (k, v) in overrides {
-            b = b.set_override(*k, v.clone())?;
-        }
-        let c: RegistryConfig = b.build()?.try_deserialize()?;
+        let defaults: [(&str, config::Value); 5] = [
+            ("region", "local".into()),
+            ("raft_addr", "127.0.0.1:7201".into()),
+            ("client_addr", "127.0.0.1:7200".into()),
+            ("ownership_lease_ms", 3000.into()),
+            ("ownership_grace_ms", 200.into()),
+        ];
+        let c: RegistryConfig = load_layered(&defaults, file, overrides)?;
         c.validate()?;
         Ok(c)
+    }
+
+    /// The Raft timings this configuration asks for.
+    pub fn timings(&self) -> RaftTimings {
+        RaftTimings {
+            heartbeat_ms: self.heartbeat_ms,
+            election_min_ms: self.election_min_ms,
+            election_max_ms: self.election_max_ms,
+            snapshot_every_logs: self.snapshot_every_logs,
+            ..RaftTimings::default()
+        }
     }
 
     /// Catches mistakes between fields.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
-        if self.node_id == 0 {
-            return bad("node_id must be at least 1".into());
-        }
-        if self.heartbeat_ms == 0 || self.election_min_ms < 3 * self.heartbeat_ms {
-            return bad(format!(
-                "election_min_ms ({}) must be at least 3 × heartbeat_ms ({})",
-                self.election_min_ms, self.heartbeat_ms
-            ));
-        }
-        if self.election_max_ms <= self.election_min_ms {
-            return bad(format!("election_max_ms ({}) must exceed election_min_ms ({})", self.election_max_ms, self.election_min_ms));
-        }
+        validate_node(self.node_id, &self.timings(), &self.raft_addr, &self.client_addr, &[])?;
         if self.ownership_lease_ms < 3 * self.heartbeat_ms {
             return bad(format!(
                 "ownership_lease_ms ({}) must be at least 3 × heartbeat_ms ({}): cells renew at a third of it",
@@ -99,14 +85,6 @@ impl RegistryConfig {
         }
         if self.ownership_grace_ms >= self.ownership_lease_ms {
             return bad(format!("ownership_grace_ms ({}) must be below ownership_lease_ms ({})", self.ownership_grace_ms, self.ownership_lease_ms));
-        }
-        for (name, addr) in [("raft_addr", &self.raft_addr), ("client_addr", &self.client_addr)] {
-            if addr.parse::<std::net::SocketAddr>().is_err() {
-                return bad(format!("{name} {addr:?} is not host:port with a numeric IP"));
-            }
-        }
-        if self.raft_addr == self.client_addr && !self.raft_addr.ends_with(":0") {
-            return bad("raft_addr and client_addr must differ".into());
         }
         Ok(())
     }

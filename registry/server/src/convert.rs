@@ -1,15 +1,14 @@
 //! Proto <-> domain conversions for the RegistryService. Every field from the wire is
 //! validated here, so a malformed request is refused with `INVALID_ARGUMENT` before
 //! anything is proposed.
-//!
-//! The namespace config conversion mirrors the cell's (`holdfast-cell::convert`); the
-//! registry cannot depend on the cell server, and the proto crate holds no domain types.
+//! The conversions of `holdfast-core`'s types (namespace config, shard keys) are
+//! `holdfast_proto::convert`'s, shared with the cell; the ones here are of the
+//! registry's records.
 
-use holdfast_core::{
-    CellId, ErrorCode, Intent, NamespaceConfig, NamespaceName, NodeId, Posture, Quotas, RegionId, ShardKey, ShardName,
-};
+use holdfast_core::{CellId, ErrorCode, NamespaceConfig, NamespaceName, NodeId, RegionId, ShardKey};
 use holdfast_proto::admin::v1 as apb;
-use holdfast_proto::lock::v1 as lpb;
+use holdfast_proto::convert as wire;
+pub use holdfast_proto::convert::namespace_to;
 use holdfast_proto::registry::v1 as pb;
 use holdfast_raft::status;
 use holdfast_registry_state::{CellMember, CellRecord, OwnershipEvent, RegionState, ShardRecord, ShardState};
@@ -33,8 +32,7 @@ pub fn ns_name(s: String) -> Result<NamespaceName, Status> {
 
 /// `(ns, shard)` from the wire; an empty shard is `default`.
 pub fn shard_key(ns: String, shard: String) -> Result<ShardKey, Status> {
-    let shard = if shard.is_empty() { ShardName::default_shard() } else { ShardName::new(shard).map_err(invalid)? };
-    Ok(ShardKey::new(ns_name(ns)?, shard))
+    wire::shard_key(ns, shard).map_err(invalid)
 }
 
 pub fn region_state_from(s: i32) -> Result<RegionState, Status> {
@@ -106,82 +104,9 @@ pub fn event_to(e: &OwnershipEvent) -> pb::OwnershipEvent {
     }
 }
 
-fn intent_to(i: Intent) -> i32 {
-    (match i {
-        Intent::Efficiency => lpb::Intent::Efficiency,
-        Intent::Correctness => lpb::Intent::Correctness,
-        Intent::Leadership => lpb::Intent::Leadership,
-    }) as i32
-}
-
-fn posture_to(p: Posture) -> i32 {
-    (match p {
-        Posture::FailClosed => lpb::Posture::FailClosed,
-        Posture::FailOpen => lpb::Posture::FailOpen,
-    }) as i32
-}
-
 /// A namespace config from the wire: unset fields take the intent's defaults. Not
 /// validated here: the state machine validates, so a replica never stores a config it
 /// would not accept.
 pub fn namespace_from(c: Option<apb::NamespaceConfig>) -> Result<NamespaceConfig, Status> {
-    let c = c.ok_or_else(|| invalid("config is required"))?;
-    let name = ns_name(c.name)?;
-    let intent = match lpb::Intent::try_from(c.intent) {
-        Ok(lpb::Intent::Efficiency) => Intent::Efficiency,
-        Ok(lpb::Intent::Correctness) | Ok(lpb::Intent::Unspecified) => Intent::Correctness,
-        Ok(lpb::Intent::Leadership) => Intent::Leadership,
-        Err(_) => return Err(invalid(format!("unknown intent {}", c.intent))),
-    };
-    let mut cfg = NamespaceConfig::with_defaults(name, c.owner, intent);
-    match lpb::Posture::try_from(c.posture) {
-        Ok(lpb::Posture::FailClosed) => cfg.posture = Posture::FailClosed,
-        Ok(lpb::Posture::FailOpen) => cfg.posture = Posture::FailOpen,
-        Ok(lpb::Posture::Unspecified) => {}
-        Err(_) => return Err(invalid(format!("unknown posture {}", c.posture))),
-    }
-    if c.ttl_min_ms != 0 {
-        cfg.ttl_min_ms = c.ttl_min_ms;
-    }
-    if c.ttl_max_ms != 0 {
-        cfg.ttl_max_ms = c.ttl_max_ms;
-    }
-    if c.max_hold_ms != 0 {
-        cfg.max_hold_ms = Some(c.max_hold_ms);
-    }
-    cfg.lock_delay_ms = c.lock_delay_ms;
-    if let Some(q) = c.quotas {
-        let d = Quotas::default();
-        let pick = |v: u32, d: u32| if v == 0 { d } else { v };
-        cfg.quotas = Quotas {
-            max_keys: pick(q.max_keys, d.max_keys),
-            max_sessions: pick(q.max_sessions, d.max_sessions),
-            max_waiters_per_lock: pick(q.max_waiters_per_lock, d.max_waiters_per_lock),
-            max_value_bytes: pick(q.max_value_bytes, d.max_value_bytes),
-            acquires_per_second: pick(q.acquires_per_second, d.acquires_per_second),
-        };
-    }
-    cfg.version = c.version;
-    Ok(cfg)
-}
-
-pub fn namespace_to(c: &NamespaceConfig) -> apb::NamespaceConfig {
-    apb::NamespaceConfig {
-        name: c.name.to_string(),
-        owner: c.owner.clone(),
-        intent: intent_to(c.intent),
-        posture: posture_to(c.posture),
-        ttl_min_ms: c.ttl_min_ms,
-        ttl_max_ms: c.ttl_max_ms,
-        max_hold_ms: c.max_hold_ms.unwrap_or(0),
-        lock_delay_ms: c.lock_delay_ms,
-        quotas: Some(apb::Quotas {
-            max_keys: c.quotas.max_keys,
-            max_sessions: c.quotas.max_sessions,
-            max_waiters_per_lock: c.quotas.max_waiters_per_lock,
-            max_value_bytes: c.quotas.max_value_bytes,
-            acquires_per_second: c.quotas.acquires_per_second,
-        }),
-        version: c.version,
-    }
+    wire::namespace_from(c.ok_or_else(|| invalid("config is required"))?).map_err(invalid)
 }

@@ -8,7 +8,6 @@
 use crate::leases::OwnershipLeases;
 use crate::registry::Registry;
 use holdfast_core::{CellId, Epoch, ShardKey};
-use holdfast_raft::{current_metrics, ReadPolicy};
 use holdfast_registry_state::{Command, ShardState};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,35 +29,17 @@ pub struct LeaseTimings {
 
 /// Runs until `shutdown` turns true.
 pub async fn run(reg: Arc<Registry>, timings: LeaseTimings, mut shutdown: watch::Receiver<bool>) {
-    loop {
-        loop {
-            if *shutdown.borrow() {
-                return;
-            }
-            if reg.raft.as_leader().is_ok() {
-                break;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(TICK) => {}
-                _ = shutdown.changed() => {}
-            }
-        }
-        let term = current_metrics(&reg.raft).current_term;
-        // Everything earlier leaders committed must be applied before this leader
-        // answers renewals from its state: a read index in this term guarantees that.
-        if let Err(e) = reg.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            warn!(term, error = %e, "could not confirm leadership; not starting leader duties");
-            tokio::time::sleep(TICK).await;
-            continue;
-        }
+    // `await_leadership` returns once everything earlier leaders committed is applied,
+    // so renewals are answered from the state they left.
+    while let Some(term) = reg.group.await_leadership(&mut shutdown).await {
         // Measured after the election, so the inherited lease ends no earlier than
         // any lease a predecessor granted.
         let elected = Instant::now();
         *reg.hooks.leases.lock().expect("leases lock") = Some(OwnershipLeases::on_election(elected, timings.lease, timings.grace));
-        info!(node_id = reg.node_id, term, lease_ms = timings.lease.as_millis() as u64, "registry leader duties started; unplanned moves wait one full lease");
+        info!(node_id = reg.group.node_id(), term, lease_ms = timings.lease.as_millis() as u64, "registry leader duties started; unplanned moves wait one full lease");
         duties(&reg, term, &mut shutdown).await;
         *reg.hooks.leases.lock().expect("leases lock") = None;
-        info!(node_id = reg.node_id, term, "registry leader duties stopped");
+        info!(node_id = reg.group.node_id(), term, "registry leader duties stopped");
     }
 }
 
@@ -76,7 +57,7 @@ fn ready_moves(reg: &Registry) -> Vec<Ready> {
     let guard = reg.hooks.leases.lock().expect("leases lock");
     let Some(leases) = guard.as_ref() else { return vec![] };
     let now = Instant::now();
-    reg.state.read(|m| {
+    reg.group.state().read(|m| {
         m.state()
             .list_shards()
             .filter_map(|(k, r)| match &r.state {
@@ -97,10 +78,7 @@ async fn duties(reg: &Arc<Registry>, term: u64, shutdown: &mut watch::Receiver<b
         if *shutdown.borrow() {
             return;
         }
-        let Ok(leader) = reg.assume_leader() else { return };
-        if current_metrics(&reg.raft).current_term != term {
-            return;
-        }
+        let Some(leader) = reg.group.leader_in_term(term) else { return };
         for ready in ready_moves(reg) {
             let cmd = Command::CompleteMove { shard: ready.shard.clone(), epoch: ready.epoch };
             match reg.propose(leader, cmd).await {

@@ -9,7 +9,7 @@ use crate::registry::Registry;
 use crate::service::RegistryApi;
 use holdfast_proto::registry::v1::registry_service_server::RegistryServiceServer;
 use holdfast_raft::types::RaftMetrics;
-use holdfast_raft::{InitError, Node, NodeConfig, RaftNode, RaftTimings, StartError};
+use holdfast_raft::{Group, InitError, Node, NodeConfig, RaftNode, StartError};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,19 +66,14 @@ impl RegistryServer {
         let client_addr = client.local_addr()?;
         let mut node_cfg = NodeConfig::new(cfg.node_id, "registry", &cfg.data_dir);
         node_cfg.client_addr = cfg.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string());
-        node_cfg.timings = RaftTimings {
-            heartbeat_ms: cfg.heartbeat_ms,
-            election_min_ms: cfg.election_min_ms,
-            election_max_ms: cfg.election_max_ms,
-            snapshot_every_logs: cfg.snapshot_every_logs,
-            ..RaftTimings::default()
-        };
+        node_cfg.timings = cfg.timings();
         Ok(node_cfg)
     }
 
     fn serve(cfg: &RegistryConfig, node: RaftNode<RegistryMachine>, hooks: Arc<Hooks>, client: TcpListener) -> RegistryServer {
         let client_addr = client.local_addr().expect("bound listener has an address");
-        let reg = Arc::new(Registry { raft: node.raft().clone(), state: node.state().clone(), hooks, node_id: cfg.node_id });
+        let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "the registry");
+        let reg = Arc::new(Registry { group, hooks });
         let (shutdown, rx) = watch::channel(false);
         let mut stop = rx.clone();
         let svc = tonic::transport::Server::builder()

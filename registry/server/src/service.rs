@@ -220,7 +220,7 @@ impl RegistryService for RegistryApi {
                     // A gap (a snapshot was installed, or we lagged): catch up from the
                     // retained history.
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        match reg.state.read(|m| m.state().events_after(last)) {
+                        match reg.group.state().read(|m| m.state().events_after(last)) {
                             Ok(evs) => evs,
                             Err(e) => {
                                 let msg = format!("watcher fell behind: {e}; resume from revision {}", last.0);
@@ -257,7 +257,8 @@ impl RegistryService for RegistryApi {
                 .ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly".into(), None))?;
             let (owned, configs) = self
                 .reg
-                .state
+                .group
+                .state()
                 .read(|m| {
                     let st = m.state();
                     st.cell(&cell).ok_or_else(|| RegistryError::UnknownCell(cell.to_string()))?;

@@ -1,0 +1,171 @@
+//! [`Group`]: what a server running on this substrate needs to serve clients from its
+//! state machine — prove it leads ([`Leader`]), propose a command with a bounded wait,
+//! read linearizably, check the leader lease — with every Raft failure turned into the
+//! gRPC status clients expect (`NOT_LEADER` with the leader hint, or `UNAVAILABLE`).
+//!
+//! Encoding commands and decoding what `apply` answered stay with the application:
+//! [`Group::propose`] takes and returns the opaque payload bytes.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use holdfast_core::ErrorCode;
+use tokio::sync::watch;
+use tonic::Status;
+use tracing::warn;
+
+use crate::error::{status, WriteError};
+use crate::node::current_metrics;
+use crate::sm_store::{ReplicatedState, StateHandle};
+use crate::types::{ForwardToLeader, Raft, ReadPolicy, Request};
+
+/// How long a linearizable read may wait for the leader to confirm itself.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a proposal may wait for its commit before the caller hears `UNAVAILABLE`.
+pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often [`Group::await_leadership`] looks again.
+const LEADERSHIP_POLL: Duration = Duration::from_millis(50);
+
+/// Proof that this node was the leader when it was checked: the only ways to get one
+/// are [`Group::assume_leader`] and the checks built on it; a non-leader answers
+/// `NOT_LEADER` with a hint instead.
+#[derive(Debug, Clone, Copy)]
+pub struct Leader(());
+
+/// One node's handle on its Raft group and the applied state `S`.
+pub struct Group<S: ReplicatedState> {
+    raft: Raft<S>,
+    state: StateHandle<S>,
+    node_id: u64,
+    /// How messages name the group: "this cell", "the registry".
+    name: &'static str,
+}
+
+impl<S: ReplicatedState> fmt::Debug for Group<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Group").field("node_id", &self.node_id).field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl<S: ReplicatedState> Group<S> {
+    /// `name` is how status messages name the group ("this cell", "the registry").
+    pub fn new(raft: Raft<S>, state: StateHandle<S>, node_id: u64, name: &'static str) -> Self {
+        Group { raft, state, node_id, name }
+    }
+
+    pub fn raft(&self) -> &Raft<S> {
+        &self.raft
+    }
+
+    /// The applied state, as of now on this node (not linearizable: see [`Group::read`]).
+    pub fn state(&self) -> &StateHandle<S> {
+        &self.state
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    /// The current Raft term as this node knows it.
+    pub fn term(&self) -> u64 {
+        current_metrics(&self.raft).current_term
+    }
+
+    /// `Ok(Leader)` if this node leads its group, else `NOT_LEADER` carrying the
+    /// leader's client address (when known) in `holdfast-leader` metadata.
+    pub fn assume_leader(&self) -> Result<Leader, Status> {
+        match self.raft.as_leader() {
+            Ok(_) => Ok(Leader(())),
+            Err(fwd) => Err(self.not_leader(&fwd)),
+        }
+    }
+
+    /// A [`Leader`] if this node still leads in `term` (leader duties stop when the term
+    /// they started in ends, even if this node wins the next one).
+    pub fn leader_in_term(&self, term: u64) -> Option<Leader> {
+        let leader = self.assume_leader().ok()?;
+        (self.term() == term).then_some(leader)
+    }
+
+    /// Waits until this node leads and has applied everything earlier leaders committed
+    /// (a read index in its own term), then returns that term — the moment leader
+    /// duties may build their view of the state. `None` once `shutdown` turns true.
+    pub async fn await_leadership(&self, shutdown: &mut watch::Receiver<bool>) -> Option<u64> {
+        loop {
+            if *shutdown.borrow() {
+                return None;
+            }
+            if self.raft.as_leader().is_ok() {
+                let term = self.term();
+                match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+                    Ok(_) => return Some(term),
+                    Err(e) => warn!(term, error = %e, "could not confirm leadership; not starting leader duties"),
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(LEADERSHIP_POLL) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+
+    /// Commits `payload` and returns what `apply` answered for it. A Raft failure is a
+    /// `Status`: `NOT_LEADER`, or `UNAVAILABLE` when the outcome is unknown — the entry
+    /// may still commit, so the caller retries with the same request id and gets the
+    /// real outcome.
+    pub async fn propose(&self, _leader: Leader, payload: Vec<u8>) -> Result<Vec<u8>, Status> {
+        let write = self.raft.client_write(Request::new(payload));
+        // A leader that lost its quorum would hold the call forever.
+        let r = tokio::time::timeout(PROPOSE_TIMEOUT, write)
+            .await
+            .map_err(|_| {
+                status(
+                    ErrorCode::Unavailable,
+                    format!("not committed within {} ms (lost quorum?); the outcome is unknown, retry with the same request_id", PROPOSE_TIMEOUT.as_millis()),
+                    None,
+                )
+            })?
+            .map_err(|e| WriteError::from(e).to_status())?;
+        Ok(r.data.payload)
+    }
+
+    /// Runs `f` on a state that includes every write committed before this call
+    /// (read index: the leader confirms it still leads with a quorum round).
+    pub async fn read<T>(&self, f: impl FnOnce(&S) -> T) -> Result<T, Status> {
+        self.assume_leader()?;
+        let read = tokio::time::timeout(READ_TIMEOUT, self.raft.ensure_linearizable(ReadPolicy::ReadIndex))
+            .await
+            .map_err(|_| status(ErrorCode::Unavailable, "the leader could not confirm a quorum in time".into(), None))?;
+        read.map_err(|e| match self.raft.as_leader() {
+            Err(fwd) => self.not_leader(&fwd),
+            Ok(_) => status(ErrorCode::Unavailable, format!("linearizable read failed: {e}"), None),
+        })?;
+        Ok(self.state.read(f))
+    }
+
+    /// Succeeds only while this leader holds openraft's leader lease (a quorum
+    /// acknowledged it within the lease). No network round.
+    pub async fn lease_check(&self) -> Result<Leader, Status> {
+        let leader = self.assume_leader()?;
+        self.raft.ensure_linearizable(ReadPolicy::LeaseRead).await.map_err(|e| match self.raft.as_leader() {
+            Err(fwd) => self.not_leader(&fwd),
+            Ok(_) => status(ErrorCode::NotLeader, format!("leader lease not held: {e}"), None),
+        })?;
+        Ok(leader)
+    }
+
+    fn not_leader(&self, fwd: &ForwardToLeader) -> Status {
+        let msg = match fwd.leader_id {
+            Some(id) => format!("not the leader; node {id} leads {}", self.name),
+            None => format!("not the leader; no leader of {} is known yet", self.name),
+        };
+        let hint = fwd.leader_node.as_ref().map(|n| n.client_addr.as_str()).filter(|a| !a.is_empty());
+        status(ErrorCode::NotLeader, msg, hint)
+    }
+}
+
+/// The leader's wall clock, stamped on entries for display and audit only: `apply`
+/// never decides anything by it.
+pub fn wall_clock_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
