@@ -4,11 +4,13 @@
 #
 #   libclang-dev   bindgen needs libclang to generate RocksDB's bindings (librocksdb-sys)
 #   clang          the C++ compiler RocksDB's build prefers (gcc also works)
+#   faketime       libfaketime: the tests step a cell process's wall clock by hours
+#                  (cli/tests/processes.rs) to show no expiry reads it
 #   protoc         not needed: holdfast-proto uses the protoc-bin-vendored crate
 set -euo pipefail
 
 need=()
-for pkg in libclang-dev clang; do
+for pkg in libclang-dev clang faketime libfaketime; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 

@@ -1,0 +1,317 @@
+//! A 3-node cell of real `holdfast cell run` processes on loopback: failures only a
+//! process can have — stopped by SIGSTOP, its wall clock stepped by libfaketime.
+//! Each test reads as phases; waits are on conditions with deadlines.
+
+use holdfast_proto::lock::v1 as pb;
+use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
+use holdfast_proto::raft::v1 as rpb;
+use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+const BIN: &str = env!("CARGO_BIN_EXE_holdfast");
+const WAIT: Duration = Duration::from_secs(30);
+const TTL_MS: u64 = 3_000;
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+struct Node {
+    id: u64,
+    child: Child,
+    raft: String,
+    client: String,
+}
+
+struct ProcCell {
+    nodes: Vec<Node>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for ProcCell {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            let _ = Command::new("kill").args(["-CONT", &n.child.id().to_string()]).status();
+            let _ = n.child.kill();
+            let _ = n.child.wait();
+        }
+    }
+}
+
+impl ProcCell {
+    /// Starts 3 node processes (under libfaketime reading `faketime_file`, if given),
+    /// forms the cell with the CLI, and serves namespace `pay`, shard `default`.
+    async fn start(faketime_file: Option<&Path>) -> ProcCell {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nodes = Vec::new();
+        for id in 1..=3u64 {
+            let mut cmd = Command::new(BIN);
+            cmd.args(["cell", "run", "--node-id", &id.to_string()])
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("node-{id}")))
+                .args(["--raft-addr", "127.0.0.1:0", "--client-addr", "127.0.0.1:0"])
+                // 2 cores, 3 processes: FIELD-NOTES timings.
+                .env("HOLDFAST_HEARTBEAT_MS", "100")
+                .env("HOLDFAST_ELECTION_MIN_MS", "1000")
+                .env("HOLDFAST_ELECTION_MAX_MS", "2000")
+                .env("RUST_LOG", "warn,holdfast_cell=info")
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(dir.path().join(format!("node-{id}.log"))).unwrap());
+            if let Some(f) = faketime_file {
+                cmd.env("LD_PRELOAD", LIBFAKETIME)
+                    .env("FAKETIME_TIMESTAMP_FILE", f)
+                    .env("FAKETIME_NO_CACHE", "1")
+                    .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+            }
+            let mut child = cmd.spawn().expect("start holdfast cell run");
+            // "cell cell-1 node 1 up: raft 127.0.0.1:X client 127.0.0.1:Y"
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let raft = words.iter().position(|w| *w == "raft").map(|i| words[i + 1].to_owned());
+            let client = words.iter().position(|w| *w == "client").map(|i| words[i + 1].to_owned());
+            let (Some(raft), Some(client)) = (raft, client) else { panic!("node {id} did not start: {line:?}") };
+            nodes.push(Node { id, child, raft, client });
+        }
+        let cell = ProcCell { nodes, _dir: dir };
+        let mut init = Command::new(BIN);
+        init.args(["cell", "init", "--raft-endpoint", &cell.nodes[0].raft]);
+        for n in &cell.nodes {
+            init.args(["--member", &format!("{}={},{}", n.id, n.raft, n.client)]);
+        }
+        assert!(init.status().unwrap().success(), "cell init failed");
+        let leader = cell.leader_client().await;
+        cell.cli_until_ok(&leader, &["ns", "apply", "--ns", "pay", "--owner", "team-pay", "--version", "1"]);
+        cell.cli_until_ok(&leader, &["shard", "adopt", "--ns", "pay", "--epoch", "1"]);
+        cell
+    }
+
+    fn cli_until_ok(&self, endpoint: &str, args: &[&str]) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let out = Command::new(BIN).args(args).env("HOLDFAST_ENDPOINT", endpoint).output().unwrap();
+            if out.status.success() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "holdfast {args:?} kept failing: {}", String::from_utf8_lossy(&out.stderr));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    async fn metrics(&self, n: &Node) -> Option<rpb::MetricsResponse> {
+        let ch = Channel::from_shared(format!("http://{}", n.raft)).unwrap().connect_timeout(Duration::from_millis(500)).connect().await.ok()?;
+        let mut admin = RaftAdminClient::new(ch);
+        tokio::time::timeout(Duration::from_millis(500), admin.metrics(rpb::MetricsRequest {})).await.ok()?.ok().map(|r| r.into_inner())
+    }
+
+    /// The node that leads in the highest term, among `among` (ids), and that term.
+    async fn leader_among(&self, among: &[u64]) -> (u64, u64) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let mut best = None;
+            for n in self.nodes.iter().filter(|n| among.contains(&n.id)) {
+                if let Some(m) = self.metrics(n).await {
+                    if m.server_state == "Leader" && best.is_none_or(|(t, _)| m.current_term > t) {
+                        best = Some((m.current_term, n.id));
+                    }
+                }
+            }
+            if let Some((term, id)) = best {
+                return (id, term);
+            }
+            assert!(Instant::now() < deadline, "no leader among {among:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn leader_client(&self) -> String {
+        let (id, _) = self.leader_among(&[1, 2, 3]).await;
+        self.node(id).client.clone()
+    }
+
+    fn node(&self, id: u64) -> &Node {
+        self.nodes.iter().find(|n| n.id == id).unwrap()
+    }
+
+    async fn client(&self, id: u64) -> LockServiceClient<Channel> {
+        LockServiceClient::new(Channel::from_shared(format!("http://{}", self.node(id).client)).unwrap().connect().await.unwrap())
+    }
+
+    fn signal(&self, id: u64, sig: &str) {
+        assert!(Command::new("kill").args([sig, &self.node(id).child.id().to_string()]).status().unwrap().success());
+    }
+}
+
+fn shard() -> Option<pb::ShardRef> {
+    Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 0 })
+}
+
+fn code(s: &tonic::Status) -> String {
+    s.metadata().get("holdfast-code").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+}
+
+async fn session(c: &mut LockServiceClient<Channel>, ttl_ms: u64) -> u64 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match c.create_session(pb::CreateSessionRequest { shard: shard(), ttl_ms, client_label: "proc-test".into() }).await {
+            Ok(r) => return r.into_inner().session_id,
+            Err(e) => assert!(Instant::now() < deadline, "create_session kept failing: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Retries a call while the node answers UNAVAILABLE (a new leader starting its clock).
+async fn until_ok<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if code(&e) == "UNAVAILABLE" && Instant::now() < deadline => {}
+            Err(e) => panic!("{what}: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn acquire_req(session: u64, name: &str, rid: &str, wait_ms: u64) -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        shard: shard(),
+        name: name.into(),
+        session_id: session,
+        mode: pb::Mode::Exclusive as i32,
+        wait_timeout_ms: wait_ms,
+        request_id: rid.into(),
+        value: b"proc".to_vec(),
+    }
+}
+
+async fn renew(c: &mut LockServiceClient<Channel>, session: u64) -> Result<u64, tonic::Status> {
+    let mut stream = c.keep_alive(tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: session }])).await?.into_inner();
+    match stream.message().await? {
+        Some(r) => Ok(r.ttl_remaining_ms),
+        None => Err(tonic::Status::unavailable("keepalive stream ended")),
+    }
+}
+
+fn holders(d: &pb::DescribeResponse) -> Vec<(u64, u64)> {
+    d.holders.iter().map(|h| (h.session_id, h.token)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstopped_leader_confirms_no_renewal_and_grants_nothing_after_it_resumes() {
+    let cell = ProcCell::start(None).await;
+    let (old, old_term) = cell.leader_among(&[1, 2, 3]).await;
+    let mut c_old = cell.client(old).await;
+    // A TTL far longer than the stop: the old leader's own countdown would still
+    // confirm A, so only rule 1 (renew under the leader lease) can refuse it.
+    let a = session(&mut c_old, 20_000).await;
+    renew(&mut c_old, a).await.unwrap();
+
+    // --- SIGSTOP the leader past its election timeout
+    cell.signal(old, "-STOP");
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != old).collect();
+    let (new, new_term) = cell.leader_among(&others).await;
+    assert!(new_term > old_term);
+
+    // --- while it is stopped, a renewal and an acquire queue up at its socket
+    let mut c1 = c_old.clone();
+    let pending_renew = tokio::spawn(async move { renew(&mut c1, a).await });
+    let mut c2 = c_old.clone();
+    let pending_acquire = tokio::spawn(async move { c2.acquire(acquire_req(a, "x", "a-x", 0)).await });
+
+    // --- the new leader serves: A renews there, B takes x
+    let mut c_new = cell.client(new).await;
+    until_ok("renew at the new leader", || {
+        let mut c = c_new.clone();
+        async move { renew(&mut c, a).await }
+    })
+    .await;
+    let b = session(&mut c_new, TTL_MS).await;
+    let tb = until_ok("acquire at the new leader", || {
+        let mut c = c_new.clone();
+        async move { c.acquire(acquire_req(b, "x", "b-x", 0)).await }
+    })
+    .await
+    .into_inner()
+    .token;
+
+    // --- resume the old leader: what it answers now must not confirm or grant
+    cell.signal(old, "-CONT");
+    let renewed = tokio::time::timeout(Duration::from_secs(15), pending_renew).await.expect("renewal never answered").unwrap();
+    match renewed {
+        Ok(ttl) => panic!("the resumed deposed leader confirmed a renewal ({ttl} ms)"),
+        Err(e) => assert!(["NOT_LEADER", "UNAVAILABLE"].contains(&code(&e).as_str()) || e.code() == tonic::Code::Unavailable, "{e:?}"),
+    }
+    let acquired = tokio::time::timeout(Duration::from_secs(15), pending_acquire).await.expect("acquire never answered").unwrap();
+    if let Ok(r) = acquired {
+        panic!("the resumed deposed leader granted token {}", r.into_inner().token);
+    }
+
+    // --- the cell's record: B holds x, and nothing from the old leader survived
+    let (leader, _) = cell.leader_among(&[1, 2, 3]).await;
+    let d = cell.client(leader).await.describe(pb::DescribeRequest { shard: shard(), name: "x".into() }).await.unwrap().into_inner();
+    assert_eq!(holders(&d), vec![(b, tb)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wall_clock_steps_of_hours_change_no_expiry() {
+    assert!(Path::new(LIBFAKETIME).exists(), "libfaketime is missing: run scripts/setup.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let clock: PathBuf = dir.path().join("faketime");
+    std::fs::write(&clock, "+0\n").unwrap();
+    let cell = ProcCell::start(Some(&clock)).await;
+    let (l, _) = cell.leader_among(&[1, 2, 3]).await;
+    let mut c = cell.client(l).await;
+
+    // --- live session L holds "live"; dead session D holds "dead"; W waits for "dead"
+    let live = session(&mut c, TTL_MS).await;
+    let t_live = c.acquire(acquire_req(live, "live", "l-1", 0)).await.unwrap().into_inner().token;
+    let dead = session(&mut c, TTL_MS).await;
+    c.acquire(acquire_req(dead, "dead", "d-1", 0)).await.unwrap();
+    let w = session(&mut c, 10 * TTL_MS).await;
+    let mut keep = c.clone();
+    let keeper = tokio::spawn(async move {
+        loop {
+            for s in [live, w] {
+                if let Err(e) = renew(&mut keep, s).await {
+                    return e;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(TTL_MS / 3)).await;
+        }
+    });
+    let sent = Instant::now();
+    let remaining = renew(&mut c, dead).await.unwrap();
+    let dead_deadline = sent + Duration::from_millis(remaining);
+    let mut cw = c.clone();
+    let waiter = tokio::spawn(async move {
+        let r = cw.acquire(acquire_req(w, "dead", "w-1", 20_000)).await;
+        (Instant::now(), r)
+    });
+
+    // --- every node's wall clock jumps 5 hours forward, then 3 hours back
+    std::fs::write(&clock, "+5h\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let d = c.describe(pb::DescribeRequest { shard: shard(), name: "live".into() }).await.unwrap().into_inner();
+    let held_for = d.holders[0].held_for_ms;
+    assert!(held_for >= 4 * 3_600_000, "libfaketime did not step the server's wall clock (held_for {held_for} ms)");
+    std::fs::write(&clock, "-3h\n").unwrap();
+
+    // --- D expires at its TTL, measured on the monotonic clock: not at the jump,
+    // --- not never; L is never expired
+    let (granted_at, r) = tokio::time::timeout(Duration::from_secs(25), waiter).await.expect("waiter never answered").unwrap();
+    let got = r.expect("the waiter was not granted the dead session's lock");
+    assert!(got.into_inner().token > 0);
+    assert!(granted_at >= dead_deadline, "granted {:?} before D's deadline: a clock step shortened a TTL", dead_deadline - granted_at);
+    assert!(granted_at - sent <= Duration::from_millis(TTL_MS + 1_500), "D lived {:?}: a clock step lengthened a TTL", granted_at - sent);
+    assert!(!keeper.is_finished(), "a live session was refused: {:?}", keeper.await);
+    keeper.abort();
+    let d = c.describe(pb::DescribeRequest { shard: shard(), name: "live".into() }).await.unwrap().into_inner();
+    assert_eq!(holders(&d), vec![(live, t_live)]);
+}
