@@ -46,6 +46,8 @@ MUTANTS = [
      "if t.expiring || t.deadline <= now {", "if t.deadline <= now {", SERVER_TESTS),
     ("new leader counts a checkpointed TTL from its election", "cells/server/src/clock.rs",
      "arrivals.seen(id).unwrap_or(now).min(now)", "now", SERVER_TESTS),
+    ("grants after the ownership lease ran out", "cells/server/src/ownership.rs",
+     "            Some(until) if now >= until => {", "            Some(until) if false && now >= until => {", SERVER_TESTS),
     ("fence check and write not atomic", "fence/src/rocks/mod.rs",
      "        let _serialized = self.stripe(&fkey);\n", "", SERVER_TESTS),
 ]

@@ -41,6 +41,18 @@ pub struct RunArgs {
     raft_addr: Option<String>,
     #[arg(long)]
     client_addr: Option<String>,
+    /// The cell's name (the registry knows it by this name).
+    #[arg(long)]
+    cell: Option<String>,
+    #[arg(long)]
+    region: Option<String>,
+    /// Registry client addresses, comma-separated: the cell follows the registry
+    /// (ownership lease, adoption, seals) instead of admin calls.
+    #[arg(long)]
+    registry: Option<String>,
+    /// Serve /metrics, /healthz and /readyz on this address.
+    #[arg(long)]
+    metrics_addr: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -74,6 +86,11 @@ async fn run_node(a: RunArgs) -> Result<(), String> {
     }
     if let Some(v) = a.client_addr {
         overrides.push(("client_addr", v));
+    }
+    for (key, v) in [("cell", a.cell), ("region", a.region), ("registry_endpoints", a.registry), ("metrics_addr", a.metrics_addr)] {
+        if let Some(v) = v {
+            overrides.push((key, v));
+        }
     }
     let cfg = CellConfig::load(a.config.as_deref(), &overrides).map_err(|e| e.to_string())?;
     let server = CellServer::start(&cfg).await.map_err(|e| format!("cannot start the node: {e}"))?;

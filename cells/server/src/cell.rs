@@ -8,7 +8,10 @@ use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, Outcome
 use holdfast_core::ErrorCode;
 pub use holdfast_raft::{wall_clock_ms, Leader};
 use holdfast_raft::{status, Group};
-use std::sync::Arc;
+use crate::ownership::OwnershipLease;
+use holdfast_core::ShardKey;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tonic::Status;
 
 /// The shared core of a cell server.
@@ -16,6 +19,9 @@ use tonic::Status;
 pub struct Cell {
     pub(crate) group: Group<CellMachine>,
     pub(crate) hooks: Arc<Hooks>,
+    /// The leader's ownership lease when the cell follows the registry; `None` in
+    /// admin mode (no registry configured: nothing gates grants).
+    pub(crate) ownership: Option<Mutex<OwnershipLease>>,
 }
 
 impl Cell {
@@ -39,6 +45,17 @@ impl Cell {
     /// Runs `f` on a lock table that includes every write committed before this call.
     pub async fn read<T>(&self, f: impl FnOnce(&CellState) -> T) -> Result<T, Status> {
         self.group.read(|m| f(m.state())).await
+    }
+
+    /// Asked before proposing anything that can grant or end a hold in `shard`: does
+    /// this leader hold the registry's ownership lease for the epoch it serves?
+    pub fn may_grant(&self, shard: &ShardKey) -> Result<(), Status> {
+        let Some(gate) = &self.ownership else { return Ok(()) };
+        let Some(epoch) = self.group.state().read(|m| m.state().served_epoch(shard)) else {
+            // Unknown or sealed here: the lock table answers with the precise error.
+            return Ok(());
+        };
+        gate.lock().expect("ownership lock").may_grant(Instant::now(), shard, epoch).map_err(|r| status(r.code, r.message, None))
     }
 
     /// Rule 1 of the session rules: succeeds only while this leader holds openraft's

@@ -32,6 +32,14 @@ pub struct CellConfig {
     /// Where `/metrics`, `/healthz` and `/readyz` are served over HTTP; unset = not
     /// served. Default unset.
     pub metrics_addr: Option<String>,
+    /// Client addresses of registry nodes, comma-separated (`HOLDFAST_REGISTRY_ENDPOINTS`,
+    /// `--registry`). Set: the cell follows the registry (ownership lease, adoption,
+    /// seals). Empty: admin mode, namespaces and shards come from `CellAdmin` calls.
+    /// Default empty.
+    pub registry_endpoints: String,
+    /// How long before its ownership lease ends the cell stops granting, ms: covers
+    /// clock-rate differences and a proposal in flight. Default 500.
+    pub ownership_margin_ms: u64,
     /// Leader heartbeat, ms. Default 150.
     pub heartbeat_ms: u64,
     /// Election timeout range, ms. Defaults 1000 and 2000.
@@ -53,12 +61,14 @@ impl CellConfig {
     /// `file` (if any), then `HOLDFAST_*` env (`HOLDFAST_NODE_ID=2`), then
     /// `overrides` (from flags), and validates.
     pub fn load(file: Option<&Path>, overrides: &[(&str, String)]) -> Result<CellConfig, ConfigError> {
-        let defaults: [(&str, config::Value); 5] = [
+        let defaults: [(&str, config::Value); 7] = [
             ("cell", "cell-1".into()),
             ("region", "local".into()),
             ("raft_addr", "127.0.0.1:7101".into()),
             ("client_addr", "127.0.0.1:7001".into()),
             ("checkpoint_interval_ms", 500.into()),
+            ("registry_endpoints", "".into()),
+            ("ownership_margin_ms", 500.into()),
         ];
         let c: CellConfig = load_layered(&defaults, file, overrides)?;
         c.validate()?;
@@ -76,6 +86,11 @@ impl CellConfig {
         }
     }
 
+    /// The registry's client addresses; empty in admin mode.
+    pub fn registry(&self) -> Vec<String> {
+        self.registry_endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect()
+    }
+
     /// Catches mistakes between fields.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let metrics: Vec<(&str, &str)> = self.metrics_addr.iter().map(|a| ("metrics_addr", a.as_str())).collect();
@@ -85,6 +100,11 @@ impl CellConfig {
                 "checkpoint_interval_ms ({}) must be between 1 and election_min_ms ({}): a leader should checkpoint before it can be deposed",
                 self.checkpoint_interval_ms, self.election_min_ms
             )));
+        }
+        for e in self.registry() {
+            if e.parse::<std::net::SocketAddr>().is_err() {
+                return Err(ConfigError::Invalid(format!("registry endpoint {e:?} is not host:port with a numeric IP")));
+            }
         }
         Ok(())
     }

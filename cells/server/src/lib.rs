@@ -13,9 +13,11 @@ pub mod cell;
 pub mod clock;
 pub mod config;
 pub mod convert;
+pub mod follow;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
+pub mod ownership;
 pub mod server;
 pub mod service;
 

@@ -77,7 +77,10 @@ impl CellServer {
         let client_addr = client.local_addr().expect("bound listener has an address");
         holdfast_telemetry::install();
         let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "this cell");
-        let cell = Arc::new(Cell { group, hooks });
+        let registry = cfg.registry();
+        let margin = Duration::from_millis(cfg.ownership_margin_ms);
+        let ownership = (!registry.is_empty()).then(|| std::sync::Mutex::new(crate::ownership::OwnershipLease::new(margin)));
+        let cell = Arc::new(Cell { group, hooks, ownership });
         let (shutdown, rx) = watch::channel(false);
         let mut stop = rx.clone();
         let svc = tonic::transport::Server::builder()
@@ -93,6 +96,10 @@ impl CellServer {
         });
         let duties = tokio::spawn(leader::run(cell.clone(), Duration::from_millis(cfg.checkpoint_interval_ms), rx.clone()));
         tokio::spawn(crate::metrics::refresh(cell.clone(), cfg.cell.clone(), rx.clone()));
+        if !registry.is_empty() {
+            let link = crate::follow::RegistryLink::new(cfg.cell.clone(), registry);
+            tokio::spawn(crate::follow::run(cell.clone(), link, margin, rx.clone()));
+        }
         if let Some(addr) = cfg.metrics_addr.clone() {
             let ready_cell = cell.clone();
             // Ready: this node knows a leader of its cell, so calls to it get an answer.

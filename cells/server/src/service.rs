@@ -87,6 +87,7 @@ impl LockService for LockApi {
         let r = req.into_inner();
         let (shard, _) = shard_ref(r.shard)?;
         let leader = self.cell.assume_leader()?;
+        self.cell.may_grant(&shard)?;
         for _ in 0..5 {
             let session = SessionId(rand::random::<u64>().max(1));
             let cmd = Command::CreateSession { shard: shard.clone(), session, ttl_ms: r.ttl_ms, label: r.client_label.clone() };
@@ -145,6 +146,11 @@ impl LockService for LockApi {
             return Err(invalid(format!("wait_timeout_ms {} exceeds {} ms", r.wait_timeout_ms, MAX_WAIT.as_millis())));
         }
         let leader = self.cell.assume_leader()?;
+        if let Err(e) = self.cell.may_grant(&shard) {
+            let result = Err(e);
+            crate::metrics::acquire_answered(&shard.ns, started, &result);
+            return result;
+        }
         // Armed before proposing: a grant may commit before we hear "queued".
         let woken = (!wait.is_zero()).then(|| self.cell.hooks.arm(session, rid.clone()));
         let cmd = Command::Acquire {
@@ -215,6 +221,8 @@ impl LockService for LockApi {
         let (shard, _) = shard_ref(r.shard)?;
         let name = lock_name(r.name)?;
         let leader = self.cell.assume_leader()?;
+        // A release hands the lock to the next waiter: a grant like any other.
+        self.cell.may_grant(&shard)?;
         match self.cell.propose(leader, Command::Release { shard, name, token: FencingToken(r.token) }).await? {
             Ok(_) => Ok(Response::new(pb::ReleaseResponse {})),
             Err(e) => Err(cell_status(&e)),

@@ -115,6 +115,11 @@ impl CellState {
         Ok(lock_view(name, lock, shard, self.revision, last_break))
     }
 
+    /// The epoch this cell serves `key` at, unless the shard is unknown or sealed.
+    pub fn served_epoch(&self, key: &ShardKey) -> Option<Epoch> {
+        self.shards.get(key).filter(|s| s.sealed.is_none()).map(|s| s.epoch)
+    }
+
     /// Is the lock in lock-delay? (Cheap: the leader's clock asks after every release.)
     pub fn lock_delayed(&self, key: &ShardKey, name: &LockName) -> bool {
         self.shards.get(key).and_then(|s| s.locks.get(name)).is_some_and(|l| l.delayed)

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use holdfast_cell::{CellConfig, CellServer};
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
@@ -42,6 +44,8 @@ pub struct TestCell {
     raft_addrs: BTreeMap<u64, SocketAddr>,
     client_addrs: BTreeMap<u64, SocketAddr>,
     root: TempDir,
+    name: String,
+    registry: String,
 }
 
 impl TestCell {
@@ -54,6 +58,8 @@ impl TestCell {
             raft_addrs: BTreeMap::new(),
             client_addrs: BTreeMap::new(),
             root: tempfile::tempdir().unwrap(),
+            name: "test".into(),
+            registry: String::new(),
         };
         for id in 1..=3 {
             c.start_node(id).await;
@@ -79,10 +85,35 @@ impl TestCell {
         c
     }
 
+    /// Starts nodes 1..=3 of cell `name`, following the registry at `registry`
+    /// (client addresses): namespaces and shards come from it, not from admin calls.
+    pub async fn following(name: &str, registry: &[std::net::SocketAddr]) -> TestCell {
+        let mut c = TestCell {
+            faults: Faults::new(),
+            nodes: BTreeMap::new(),
+            raft_addrs: BTreeMap::new(),
+            client_addrs: BTreeMap::new(),
+            root: tempfile::tempdir().unwrap(),
+            name: name.into(),
+            registry: registry.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+        };
+        for id in 1..=3 {
+            c.start_node(id).await;
+        }
+        let members = c.nodes.iter().map(|(id, n)| (*id, n.node().clone())).collect();
+        c.nodes[&1].initialize(members).await.unwrap();
+        c
+    }
+
+    /// Client addresses of the nodes, for registering the cell.
+    pub fn client_addrs(&self) -> Vec<(u64, SocketAddr, SocketAddr)> {
+        self.client_addrs.iter().map(|(id, a)| (*id, *a, self.raft_addrs[id])).collect()
+    }
+
     fn config(&self, id: u64) -> CellConfig {
         CellConfig {
             node_id: id,
-            cell: "test".into(),
+            cell: self.name.clone(),
             region: "local".into(),
             data_dir: self.root.path().join(format!("node-{id}")),
             raft_addr: "127.0.0.1:0".into(),
@@ -90,6 +121,8 @@ impl TestCell {
             advertise_raft_addr: None,
             advertise_client_addr: None,
             metrics_addr: None,
+            registry_endpoints: self.registry.clone(),
+            ownership_margin_ms: 500,
             heartbeat_ms: 100,
             election_min_ms: 1_000,
             election_max_ms: 2_000,

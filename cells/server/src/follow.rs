@@ -1,0 +1,191 @@
+//! Cells follow the registry: while this node leads its cell, it renews the cell's
+//! ownership lease every lease/3, records the answer in the [`OwnershipLease`] that
+//! every grant path asks, and commits what the answer requires ([`plan`]): namespace
+//! configs, adoptions at new epochs, seals of shards that left, and for a planned move
+//! away, the seal and its report to the registry.
+//!
+//! Only configured with `registry_endpoints`; without them the cell is in admin mode
+//! (namespaces and shards come from `CellAdmin` calls, and no lease gates grants).
+
+use crate::cell::Cell;
+use crate::ownership::{plan, Listed, OwnershipLease, Step};
+use holdfast_cell_state::{Command, Outcome};
+use holdfast_core::{Epoch, LockName, NamespaceConfig};
+use holdfast_proto::convert::{namespace_from, shard_key};
+use holdfast_proto::registry::v1 as rpb;
+use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tonic::transport::Channel;
+use tracing::{info, warn};
+
+/// How long one registry call may take before the next endpoint is tried.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Retry pace while the registry does not answer.
+const RETRY: Duration = Duration::from_millis(200);
+
+/// The cell's client of the registry: its configured endpoints only, the one that
+/// answered last first, following a `NOT_LEADER` hint when it names one of them.
+#[derive(Debug)]
+pub struct RegistryLink {
+    cell: String,
+    endpoints: Vec<String>,
+    /// Index of the endpoint that answered last, or the hinted leader.
+    preferred: Option<String>,
+}
+
+impl RegistryLink {
+    pub fn new(cell: String, endpoints: Vec<String>) -> RegistryLink {
+        RegistryLink { cell, endpoints, preferred: None }
+    }
+
+    async fn client(addr: &str) -> Option<RegistryServiceClient<Channel>> {
+        let ch = Channel::from_shared(format!("http://{addr}")).ok()?.connect_timeout(CALL_TIMEOUT).connect().await.ok()?;
+        Some(RegistryServiceClient::new(ch))
+    }
+
+    /// Calls `f` on the preferred endpoint, then the others, following one leader hint.
+    async fn call<T, F, Fut>(&mut self, what: &str, f: F) -> Result<T, String>
+    where
+        F: Fn(RegistryServiceClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut order: Vec<String> = self.preferred.iter().cloned().collect();
+        order.extend(self.endpoints.iter().filter(|e| Some(*e) != self.preferred.as_ref()).cloned());
+        let mut last = format!("{what}: no registry endpoint configured");
+        let mut hinted = false;
+        let mut i = 0;
+        while i < order.len() {
+            let addr = order[i].clone();
+            i += 1;
+            let Some(c) = Self::client(&addr).await else {
+                last = format!("{what}: cannot reach the registry at {addr}");
+                continue;
+            };
+            match tokio::time::timeout(CALL_TIMEOUT, f(c)).await {
+                Ok(Ok(r)) => {
+                    self.preferred = Some(addr);
+                    return Ok(r.into_inner());
+                }
+                Ok(Err(s)) => {
+                    let hint = s.metadata().get(holdfast_raft::LEADER_METADATA).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                    last = format!("{what} at {addr}: {}", s.message());
+                    // Only a configured endpoint: the cell reaches the registry the way its
+                    // operator configured (a partitioned path must stay partitioned, and a
+                    // hint names the leader as *it* is reached, which may differ).
+                    if let Some(h) = hint.filter(|h| !hinted && self.endpoints.contains(h) && *h != addr) {
+                        hinted = true;
+                        order.retain(|o| *o != h);
+                        let at = i.min(order.len());
+                        order.insert(at, h);
+                    }
+                }
+                Err(_) => last = format!("{what} at {addr}: no answer within {CALL_TIMEOUT:?}"),
+            }
+        }
+        Err(last)
+    }
+
+    async fn renew(&mut self) -> Result<rpb::RenewOwnershipResponse, String> {
+        let cell = self.cell.clone();
+        self.call("RenewOwnership", move |mut c| {
+            let cell = cell.clone();
+            async move { c.renew_ownership(rpb::RenewOwnershipRequest { cell }).await }
+        })
+        .await
+    }
+
+    async fn report_sealed(&mut self, req: rpb::ReportSealedRequest) -> Result<rpb::ReportSealedResponse, String> {
+        self.call("ReportSealed", move |mut c| {
+            let req = req.clone();
+            async move { c.report_sealed(req).await }
+        })
+        .await
+    }
+}
+
+/// Runs until `shutdown` turns true: renews while this node leads, idles otherwise.
+pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, mut shutdown: watch::Receiver<bool>) {
+    let Some(gate) = cell.ownership.as_ref() else { return };
+    loop {
+        let Some(term) = cell.group.await_leadership(&mut shutdown).await else { return };
+        // A new leader grants nothing until it has renewed.
+        *gate.lock().expect("ownership lock") = OwnershipLease::new(margin);
+        info!(term, "following the registry: renewing the ownership lease");
+        while cell.group.leader_in_term(term).is_some() && !*shutdown.borrow() {
+            let pause = match follow_once(&cell, &mut link).await {
+                Ok(lease) => lease / 3,
+                Err(e) => {
+                    warn!(error = %e, "ownership renewal failed; the cell stops granting when its lease runs out");
+                    RETRY
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        *gate.lock().expect("ownership lock") = OwnershipLease::new(margin);
+    }
+}
+
+/// One renewal and everything it requires. Returns the lease length.
+async fn follow_once(cell: &Cell, link: &mut RegistryLink) -> Result<Duration, String> {
+    let sent = Instant::now();
+    let answer = link.renew().await?;
+    let lease = Duration::from_millis(answer.lease_ms);
+    let listed = answer.shards.into_iter().map(listed_from).collect::<Result<Vec<_>, _>>()?;
+    let configs = answer
+        .configs
+        .into_iter()
+        .map(|c| namespace_from(c).map_err(|e| format!("registry sent an invalid namespace config: {e:?}")))
+        .collect::<Result<Vec<NamespaceConfig>, _>>()?;
+    let steps = cell.group.state().read(|m| plan(m.state(), &listed, &configs));
+    let gate = cell.ownership.as_ref().expect("following the registry");
+    // Configs and adoptions first, so the lock-delay of an unsealed handover is known
+    // when the lease records it.
+    let mut reports = Vec::new();
+    for step in steps {
+        let leader = cell.assume_leader().map_err(|s| s.message().to_owned())?;
+        match step {
+            Step::Commit(cmd) => {
+                let kind = cmd.kind();
+                match cell.propose(leader, cmd).await.map_err(|s| s.message().to_owned())? {
+                    Ok(o) => info!(kind, outcome = ?o, "followed the registry"),
+                    Err(e) => warn!(kind, error = %e, "the registry asked for a change the lock table refused"),
+                }
+            }
+            Step::SealAndReport { shard, epoch } => {
+                let cmd = Command::SealShard { shard: shard.clone(), epoch };
+                match cell.propose(leader, cmd).await.map_err(|s| s.message().to_owned())? {
+                    Ok(Outcome::Sealed { highest, held_locks }) => reports.push(rpb::ReportSealedRequest {
+                        ns: shard.ns.to_string(),
+                        shard: shard.shard.to_string(),
+                        epoch: epoch.0,
+                        highest_token: highest.map_or(0, |t| t.0),
+                        held_locks: held_locks.iter().map(ToString::to_string).collect(),
+                    }),
+                    other => warn!(shard = %shard, outcome = ?other, "could not seal a draining shard"),
+                }
+            }
+        }
+    }
+    gate.lock().expect("ownership lock").renewed(sent, Instant::now(), lease, &listed, |key| {
+        cell.group.state().read(|m| Duration::from_millis(m.state().namespace(&key.ns).map_or(0, |c| c.lock_delay_ms)))
+    });
+    for r in reports {
+        let (shard, epoch) = (format!("{}/{}", r.ns, r.shard), r.epoch);
+        match link.report_sealed(r).await {
+            Ok(_) => info!(shard, epoch, "seal reported: the shard moves on"),
+            Err(e) => warn!(shard, epoch, error = %e, "seal not reported; retried at the next renewal"),
+        }
+    }
+    Ok(lease)
+}
+
+fn listed_from(s: rpb::OwnedShard) -> Result<Listed, String> {
+    let shard = shard_key(s.ns, s.shard).map_err(|e| format!("registry listed a bad shard: {e:?}"))?;
+    let delayed_locks = s.delayed_locks.into_iter().map(LockName::new).collect::<Result<Vec<_>, _>>().map_err(|e| format!("registry listed a bad lock name: {e}"))?;
+    Ok(Listed { shard, epoch: Epoch(s.epoch), draining: s.draining, delayed_locks, previous_unsealed: s.previous_unsealed })
+}

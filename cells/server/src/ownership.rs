@@ -1,0 +1,271 @@
+//! The cell leader's ownership lease from the registry, and what to commit to follow it.
+//!
+//! DESIGN.md, "Ownership leases": a cell may grant for a shard only while it holds the
+//! registry's ownership lease; each renewal answer lists the `(shard, epoch)` pairs it
+//! covers and the cell serves exactly those; a new cell leader grants nothing until it
+//! has renewed; a cell that cannot renew stops granting before its lease runs out,
+//! measured on its monotonic clock with a margin.
+//!
+//! This file is the pure part — [`OwnershipLease`] (the gate every grant path asks) and
+//! [`plan`] (what the leader must commit to match an answer) — with `now` passed in,
+//! so it is unit-tested without a registry. The loop that calls the registry is in
+//! `follow.rs`. Only the leader has an `OwnershipLease`; a new leader starts with an
+//! empty one.
+
+use holdfast_cell_state::{CellState, Command};
+use holdfast_core::{Epoch, ErrorCode, LockName, NamespaceConfig, ShardKey};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// One shard as a renewal answer lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub shard: ShardKey,
+    pub epoch: Epoch,
+    /// A planned move away is in progress: seal, report, grant nothing new.
+    pub draining: bool,
+    /// For adoption: locks that had holders at the source.
+    pub delayed_locks: Vec<LockName>,
+    /// The previous owner never sealed (unplanned move): every lock may have a holder
+    /// somewhere, so the whole shard stays quiet for the namespace's lock-delay.
+    pub previous_unsealed: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Covered {
+    epoch: Epoch,
+    draining: bool,
+    /// No grants before this instant (lock-delay after an unplanned move).
+    quiet_until: Option<Instant>,
+}
+
+/// Why a grant path must refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// The leader's ownership lease.
+#[derive(Debug)]
+pub struct OwnershipLease {
+    margin: Duration,
+    /// End of the lease minus the margin; `None` until the first renewal.
+    until: Option<Instant>,
+    shards: HashMap<ShardKey, Covered>,
+}
+
+impl OwnershipLease {
+    /// An empty lease: a new leader grants nothing until its first renewal.
+    pub fn new(margin: Duration) -> OwnershipLease {
+        OwnershipLease { margin, until: None, shards: HashMap::new() }
+    }
+
+    /// Records an answer to a renewal *sent* at `sent` and received at `now`.
+    /// `lock_delay` gives a namespace's lock-delay (for unsealed handovers).
+    pub fn renewed(&mut self, sent: Instant, now: Instant, lease: Duration, listed: &[Listed], lock_delay: impl Fn(&ShardKey) -> Duration) {
+        // Counted from the send: the registry counts from a later instant, so the
+        // cell's view always ends first. The margin covers clock-rate differences.
+        self.until = lease.checked_sub(self.margin).map(|l| sent + l);
+        let mut next = HashMap::new();
+        for l in listed {
+            let quiet_until = match self.shards.get(&l.shard) {
+                // Same epoch as before: keep the quiet period already running.
+                Some(c) if c.epoch == l.epoch => c.quiet_until,
+                _ => l.previous_unsealed.then(|| now + lock_delay(&l.shard)),
+            };
+            next.insert(l.shard.clone(), Covered { epoch: l.epoch, draining: l.draining, quiet_until });
+        }
+        self.shards = next;
+    }
+
+    /// May this leader grant (or change holds) in `shard`, which its state serves at
+    /// `epoch`? Asked before every Acquire and Release is proposed.
+    pub fn may_grant(&self, now: Instant, shard: &ShardKey, epoch: Epoch) -> Result<(), Refusal> {
+        let refuse = |code, message: String| Err(Refusal { code, message });
+        match self.until {
+            None => return refuse(ErrorCode::Unavailable, "this cell leader has not yet renewed its ownership lease with the registry".into()),
+            Some(until) if now >= until => {
+                return refuse(ErrorCode::Unavailable, "this cell's ownership lease ran out (registry unreachable?); it grants nothing until it renews".into())
+            }
+            Some(_) => {}
+        }
+        let Some(c) = self.shards.get(shard) else {
+            return refuse(ErrorCode::NotOwner, format!("the registry does not place shard {shard} in this cell"));
+        };
+        if c.draining {
+            return refuse(ErrorCode::Moving, format!("shard {shard} is moving to another cell; retry"));
+        }
+        if c.epoch != epoch {
+            return refuse(ErrorCode::Moving, format!("shard {shard} is being adopted at epoch {} (serving {}); retry", c.epoch.0, epoch.0));
+        }
+        if let Some(q) = c.quiet_until.filter(|q| now < *q) {
+            return refuse(
+                ErrorCode::Moving,
+                format!("shard {shard} arrived without a seal; lock-delay for {} ms more", q.saturating_duration_since(now).as_millis()),
+            );
+        }
+        Ok(())
+    }
+
+    /// Still inside the lease (any shard)?
+    pub fn held(&self, now: Instant) -> bool {
+        self.until.is_some_and(|u| now < u)
+    }
+}
+
+/// What the leader does to follow one answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Commit this command.
+    Commit(Command),
+    /// Commit `SealShard` for a draining shard, then report the seal to the registry.
+    SealAndReport { shard: ShardKey, epoch: Epoch },
+}
+
+/// The commands that make `state` serve exactly what `listed` says, with `configs`.
+/// Order matters and is kept: configs first (adoption needs them), then seals of
+/// shards that left, then adoptions, then seals of draining shards.
+pub fn plan(state: &CellState, listed: &[Listed], configs: &[NamespaceConfig]) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for cfg in configs {
+        if state.namespace(&cfg.name).is_none_or(|c| c.version < cfg.version) {
+            steps.push(Step::Commit(Command::ApplyConfig { config: cfg.clone() }));
+        }
+    }
+    let served: HashMap<ShardKey, (Epoch, bool)> = state.shards().map(|s| (s.key, (s.epoch, s.sealed))).collect();
+    // Shards this cell still serves that the registry no longer lists here (an
+    // unplanned move away, or a lost and restored cell): seal them, so their holders
+    // are told MOVED and nothing more is granted.
+    let mut gone: Vec<_> = served
+        .iter()
+        .filter(|(key, (_, sealed))| !sealed && !listed.iter().any(|l| &l.shard == *key))
+        .map(|(key, (epoch, _))| (key.clone(), *epoch))
+        .collect();
+    gone.sort();
+    for (shard, epoch) in gone {
+        steps.push(Step::Commit(Command::SealShard { shard, epoch }));
+    }
+    for l in listed {
+        match served.get(&l.shard) {
+            Some((epoch, _)) if *epoch >= l.epoch => {}
+            _ => steps.push(Step::Commit(Command::AdoptShard { shard: l.shard.clone(), epoch: l.epoch, delayed_locks: l.delayed_locks.clone() })),
+        }
+    }
+    for l in listed.iter().filter(|l| l.draining) {
+        // Sealing twice is answered with the same report, so a lost report is simply
+        // retried at the next renewal.
+        steps.push(Step::SealAndReport { shard: l.shard.clone(), epoch: l.epoch });
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_cell_state::Entry;
+    use holdfast_core::{Intent, NamespaceName, ShardName};
+
+    const LEASE: Duration = Duration::from_millis(3_000);
+    const MARGIN: Duration = Duration::from_millis(500);
+
+    fn key(s: &str) -> ShardKey {
+        ShardKey::new(NamespaceName::new("pay").unwrap(), ShardName::new(s).unwrap())
+    }
+
+    fn listed(s: &str, epoch: u32) -> Listed {
+        Listed { shard: key(s), epoch: Epoch(epoch), draining: false, delayed_locks: vec![], previous_unsealed: false }
+    }
+
+    fn config(version: u64) -> NamespaceConfig {
+        let mut c = NamespaceConfig::with_defaults(NamespaceName::new("pay").unwrap(), "o", Intent::Correctness);
+        c.version = version;
+        c
+    }
+
+    #[test]
+    fn new_leader_grants_nothing_until_it_renews() {
+        let t0 = Instant::now();
+        let lease = OwnershipLease::new(MARGIN);
+        assert_eq!(lease.may_grant(t0, &key("a"), Epoch(1)).unwrap_err().code, ErrorCode::Unavailable);
+    }
+
+    #[test]
+    fn lease_counts_from_the_send_and_ends_a_margin_early() {
+        let t0 = Instant::now();
+        let mut lease = OwnershipLease::new(MARGIN);
+        // The answer took 1 s to arrive: the lease still counts from the send.
+        lease.renewed(t0, t0 + Duration::from_secs(1), LEASE, &[listed("a", 1)], |_| Duration::ZERO);
+        assert!(lease.may_grant(t0 + LEASE - MARGIN - Duration::from_millis(1), &key("a"), Epoch(1)).is_ok());
+        let late = lease.may_grant(t0 + LEASE - MARGIN, &key("a"), Epoch(1)).unwrap_err();
+        assert_eq!(late.code, ErrorCode::Unavailable);
+        assert!(!lease.held(t0 + LEASE - MARGIN));
+    }
+
+    #[test]
+    fn serves_exactly_the_listed_pairs() {
+        let t0 = Instant::now();
+        let mut lease = OwnershipLease::new(MARGIN);
+        let mut draining = listed("b", 4);
+        draining.draining = true;
+        lease.renewed(t0, t0, LEASE, &[listed("a", 2), draining], |_| Duration::ZERO);
+        assert!(lease.may_grant(t0, &key("a"), Epoch(2)).is_ok());
+        assert_eq!(lease.may_grant(t0, &key("a"), Epoch(1)).unwrap_err().code, ErrorCode::Moving, "adoption pending");
+        assert_eq!(lease.may_grant(t0, &key("b"), Epoch(4)).unwrap_err().code, ErrorCode::Moving, "draining");
+        assert_eq!(lease.may_grant(t0, &key("c"), Epoch(1)).unwrap_err().code, ErrorCode::NotOwner);
+        // The next answer no longer lists a: it is not served any more.
+        lease.renewed(t0 + Duration::from_secs(1), t0 + Duration::from_secs(1), LEASE, &[], |_| Duration::ZERO);
+        assert_eq!(lease.may_grant(t0 + Duration::from_secs(1), &key("a"), Epoch(2)).unwrap_err().code, ErrorCode::NotOwner);
+    }
+
+    #[test]
+    fn unsealed_handover_keeps_the_shard_quiet_for_the_lock_delay() {
+        let t0 = Instant::now();
+        let delay = Duration::from_millis(1_000);
+        let mut lease = OwnershipLease::new(MARGIN);
+        let mut l = listed("a", 3);
+        l.previous_unsealed = true;
+        lease.renewed(t0, t0, LEASE, std::slice::from_ref(&l), |_| delay);
+        assert_eq!(lease.may_grant(t0 + delay - Duration::from_millis(1), &key("a"), Epoch(3)).unwrap_err().code, ErrorCode::Moving);
+        // A later renewal of the same epoch does not restart the quiet period.
+        lease.renewed(t0 + Duration::from_millis(900), t0 + Duration::from_millis(900), LEASE, &[l], |_| delay);
+        assert!(lease.may_grant(t0 + delay, &key("a"), Epoch(3)).is_ok());
+    }
+
+    #[test]
+    fn plan_applies_configs_adopts_seals_what_left_and_reports_drains() {
+        let mut st = CellState::new();
+        for cmd in [
+            Command::ApplyConfig { config: config(1) },
+            Command::AdoptShard { shard: key("old"), epoch: Epoch(1), delayed_locks: vec![] },
+            Command::AdoptShard { shard: key("kept"), epoch: Epoch(2), delayed_locks: vec![] },
+            Command::AdoptShard { shard: key("leaving"), epoch: Epoch(5), delayed_locks: vec![] },
+        ] {
+            st.apply(&Entry::new(0, cmd)).result.unwrap();
+        }
+        let mut leaving = listed("leaving", 5);
+        leaving.draining = true;
+        let mut new = listed("new", 7);
+        new.delayed_locks = vec![LockName::new("l").unwrap()];
+        let steps = plan(&st, &[listed("kept", 2), leaving, new], &[config(2)]);
+        assert_eq!(
+            steps,
+            vec![
+                Step::Commit(Command::ApplyConfig { config: config(2) }),
+                Step::Commit(Command::SealShard { shard: key("old"), epoch: Epoch(1) }),
+                Step::Commit(Command::AdoptShard { shard: key("new"), epoch: Epoch(7), delayed_locks: vec![LockName::new("l").unwrap()] }),
+                Step::SealAndReport { shard: key("leaving"), epoch: Epoch(5) },
+            ]
+        );
+        // Once followed, the same answer plans nothing but the (idempotent) report.
+        for s in &steps {
+            if let Step::Commit(cmd) = s {
+                st.apply(&Entry::new(0, cmd.clone())).result.unwrap();
+            }
+        }
+        let mut leaving = listed("leaving", 5);
+        leaving.draining = true;
+        let again = plan(&st, &[listed("kept", 2), leaving, listed("new", 7)], &[config(2)]);
+        assert_eq!(again, vec![Step::SealAndReport { shard: key("leaving"), epoch: Epoch(5) }]);
+    }
+}

@@ -1,0 +1,302 @@
+//! Cells following the registry: a 3-node registry and two 3-node cells in two regions,
+//! all over real gRPC on loopback with RocksDB in temp dirs. Cell A reaches the
+//! registry through proxies the test can cut (a partition between A and the registry).
+
+mod common;
+
+use common::proxy::Proxy;
+use common::*;
+use holdfast_core::{FencingToken, LockName, NamespaceName, ShardKey, ShardName};
+use holdfast_fence::{FencedStore, LockId, MemoryFence};
+use holdfast_proto::admin::v1 as apb;
+use holdfast_proto::lock::v1 as pb;
+use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
+use holdfast_proto::registry::v1 as rpb;
+use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+use holdfast_registry::{RegistryConfig, RegistryServer};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+use tracing::info;
+
+const LEASE_MS: u64 = 3_000;
+const LOCK_DELAY_MS: u64 = 500;
+
+struct World {
+    registry: Vec<RegistryServer>,
+    a: TestCell,
+    b: TestCell,
+    a_link: Vec<Proxy>,
+    _root: tempfile::TempDir,
+}
+
+impl World {
+    /// Registry (3 voters), cell `a` in region east (behind proxies), cell `b` in west;
+    /// namespace `pay`, shard `pay/default` placed on `a`.
+    async fn start() -> World {
+        let root = tempfile::tempdir().unwrap();
+        let mut registry = Vec::new();
+        for id in 1..=3u64 {
+            let cfg = RegistryConfig {
+                node_id: id,
+                region: ["east", "west", "south"][id as usize - 1].into(),
+                data_dir: root.path().join(format!("registry-{id}")),
+                raft_addr: "127.0.0.1:0".into(),
+                client_addr: "127.0.0.1:0".into(),
+                advertise_client_addr: None,
+                heartbeat_ms: 100,
+                election_min_ms: 1_000,
+                election_max_ms: 2_000,
+                ownership_lease_ms: LEASE_MS,
+                ownership_grace_ms: 200,
+                snapshot_every_logs: 5_000,
+                shutdown_deadline_ms: 5_000,
+            };
+            let raft = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            registry.push(RegistryServer::start(&cfg, raft, client).await.unwrap());
+        }
+        let members = registry.iter().map(|n| (n.node_id(), n.node().clone())).collect();
+        registry[0].initialize(members).await.unwrap();
+        let direct: Vec<SocketAddr> = registry.iter().map(|n| n.client_addr()).collect();
+        let mut a_link = Vec::new();
+        for addr in &direct {
+            a_link.push(Proxy::start(*addr).await);
+        }
+        let a = TestCell::following("a", &a_link.iter().map(|p| p.addr).collect::<Vec<_>>()).await;
+        let b = TestCell::following("b", &direct).await;
+        let w = World { registry, a, b, a_link, _root: root };
+
+        let mut r = w.registry_client().await;
+        for region in ["east", "west"] {
+            r.create_region(rpb::CreateRegionRequest { region: region.into() }).await.unwrap();
+        }
+        for (cell, region) in [(&w.a, "east"), (&w.b, "west")] {
+            let members = cell
+                .client_addrs()
+                .into_iter()
+                .map(|(id, client, raft)| rpb::CellMember { node_id: id, client_addr: client.to_string(), raft_addr: raft.to_string() })
+                .collect();
+            let name = if region == "east" { "a" } else { "b" };
+            r.register_cell(rpb::RegisterCellRequest { cell: name.into(), region: region.into(), members }).await.unwrap();
+        }
+        let config = apb::NamespaceConfig {
+            name: "pay".into(),
+            owner: "team-pay".into(),
+            intent: pb::Intent::Correctness as i32,
+            lock_delay_ms: LOCK_DELAY_MS,
+            ..Default::default()
+        };
+        r.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.unwrap();
+        r.place_shard(rpb::PlaceShardRequest { ns: "pay".into(), shard: "default".into(), cell: "a".into() }).await.unwrap();
+        w
+    }
+
+    /// A client of the registry's current leader.
+    async fn registry_client(&self) -> RegistryServiceClient<Channel> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(n) = self.registry.iter().find(|n| n.leads()) {
+                let ch = Channel::from_shared(format!("http://{}", n.client_addr())).unwrap().connect().await.unwrap();
+                return RegistryServiceClient::new(ch);
+            }
+            assert!(Instant::now() < deadline, "no registry leader");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn owner(&self) -> rpb::ShardOwner {
+        let req = rpb::GetOwnerRequest { ns: "pay".into(), shard: "default".into() };
+        self.registry_client().await.get_owner(req).await.unwrap().into_inner().owner.unwrap()
+    }
+
+    /// Every ownership event so far.
+    async fn history(&self) -> Vec<rpb::OwnershipEvent> {
+        let mut r = self.registry_client().await;
+        let mut s = r.watch_ownership(rpb::WatchOwnershipRequest { from_revision: 0 }).await.unwrap().into_inner();
+        let mut out = Vec::new();
+        while let Ok(Ok(Some(e))) = tokio::time::timeout(Duration::from_millis(300), s.message()).await {
+            out.push(e);
+        }
+        out
+    }
+
+    fn cut_a(&self, on: bool) {
+        for p in &self.a_link {
+            p.cut(on);
+        }
+    }
+
+    async fn shutdown(self) {
+        self.a.shutdown().await;
+        self.b.shutdown().await;
+        for n in self.registry {
+            n.shutdown().await;
+        }
+    }
+}
+
+/// Codes a caller retries while a shard is being adopted or a leader starts.
+const TRANSIENT: &[&str] = &["UNAVAILABLE", "MOVING", "NOT_OWNER", "NOT_LEADER", "UNKNOWN_NAMESPACE", "UNKNOWN_SHARD"];
+
+async fn retry<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if TRANSIENT.contains(&code(&e).as_str()) && Instant::now() < deadline => {}
+            Err(e) => panic!("{what}: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn leader_client(cell: &TestCell) -> LockServiceClient<Channel> {
+    cell.client(cell.leader().await).await
+}
+
+async fn session_at(c: &LockServiceClient<Channel>, ttl_ms: u64) -> u64 {
+    retry("create session", || {
+        let mut c = c.clone();
+        async move { c.create_session(pb::CreateSessionRequest { shard: shard(), ttl_ms, client_label: "t".into() }).await }
+    })
+    .await
+    .into_inner()
+    .session_id
+}
+
+/// Acquires, waiting in the server's queue up to 5 s (through a lock-delay).
+async fn acquire_at(c: &LockServiceClient<Channel>, session: u64, name: &str, rid: &str) -> u64 {
+    retry("acquire", || {
+        let mut c = c.clone();
+        let req = acquire_req(session, name, rid, 5_000);
+        async move { c.acquire(req).await }
+    })
+    .await
+    .into_inner()
+    .token
+}
+
+fn lock_id(name: &str) -> LockId {
+    LockId::new(ShardKey::new(NamespaceName::new("pay").unwrap(), ShardName::default_shard()), LockName::new(name).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_move_tells_the_holder_moved_and_the_target_issues_larger_tokens() {
+    let _g = serial();
+    let w = World::start().await;
+    let ledger = MemoryFence::new("ledger");
+
+    info!("--- cell A serves pay/default: H takes settle and writes to the fenced ledger");
+    let ca = leader_client(&w.a).await;
+    let h = session_at(&ca, 10_000).await;
+    // Watching from revision 0 starts at the present: open it before acquiring.
+    let mut watch = ca.clone().watch(pb::WatchRequest { shard: shard(), name: "settle".into(), from_revision: 0 }).await.unwrap().into_inner();
+    let ta = acquire_at(&ca, h, "settle", "h-1").await;
+    ledger.write(&lock_id("settle"), FencingToken(ta), b"balance", b"100").unwrap();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.events[0].kind, pb::EventKind::Acquired as i32, "{first:?}");
+
+    info!("--- the registry moves the shard to B, planned");
+    let mut r = w.registry_client().await;
+    r.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+
+    info!("--- A seals: H is told MOVED");
+    let ended = tokio::time::timeout(WAIT, watch.message()).await.expect("no event after the move").unwrap().unwrap();
+    assert_eq!((ended.events[0].kind, ended.events[0].reason), (pb::EventKind::Ended as i32, pb::EndReason::Moved as i32));
+    assert_eq!(ended.events[0].token, ta);
+
+    info!("--- B adopts at epoch 2; after the lock-delay, W's token is larger than H's");
+    let deadline = Instant::now() + WAIT;
+    while w.owner().await.cell != "b" {
+        assert!(Instant::now() < deadline, "the move did not complete");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let owner = w.owner().await;
+    assert_eq!(owner.epoch, 2, "{owner:?}; history: {:?}", w.history().await);
+    let cb = leader_client(&w.b).await;
+    let ws = session_at(&cb, 10_000).await;
+    let tw = acquire_at(&cb, ws, "settle", "w-1").await;
+    assert!(tw > ta, "B's token {tw:#x} must exceed A's {ta:#x}");
+    assert_eq!(FencingToken(tw).epoch().0, 2);
+
+    info!("--- the ledger takes W's write and then refuses H's old token");
+    ledger.write(&lock_id("settle"), FencingToken(tw), b"balance", b"90").unwrap();
+    let stale = ledger.write(&lock_id("settle"), FencingToken(ta), b"balance", b"110").unwrap_err();
+    assert!(stale.is_stale(), "{stale:?}");
+
+    info!("--- A no longer serves the shard");
+    let mut ca = leader_client(&w.a).await;
+    let e = ca.acquire(acquire_req(h, "other", "h-2", 0)).await.unwrap_err();
+    assert!(["NOT_OWNER", "SESSION_EXPIRED", "MOVING"].contains(&code(&e).as_str()), "{e:?}");
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unplanned_move_a_cut_off_cell_stops_granting_before_its_lease_ends_and_never_serves_again() {
+    let _g = serial();
+    let w = World::start().await;
+
+    info!("--- A serves: H holds x");
+    let ca = leader_client(&w.a).await;
+    let h = session_at(&ca, 30_000).await;
+    let ta = acquire_at(&ca, h, "x", "h-1").await;
+
+    info!("--- cut A off from the registry");
+    w.cut_a(true);
+    let cut_at = Instant::now();
+
+    info!("--- A stops granting before its lease (sent before the cut) can have ended");
+    let mut n = 0;
+    let refused_at = loop {
+        n += 1;
+        let mut c = leader_client(&w.a).await;
+        match c.acquire(acquire_req(h, &format!("probe-{n}"), &format!("p-{n}"), 0)).await {
+            Ok(_) => assert!(cut_at.elapsed() < Duration::from_millis(LEASE_MS), "A granted {:?} after the cut", cut_at.elapsed()),
+            Err(e) => {
+                assert_eq!(code(&e), "UNAVAILABLE", "{e:?}");
+                break Instant::now();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(refused_at - cut_at < Duration::from_millis(LEASE_MS), "A kept granting for {:?}", refused_at - cut_at);
+
+    info!("--- the registry moves the shard to B, unplanned: only after A's lease");
+    let mut r = w.registry_client().await;
+    let moved_at = Instant::now();
+    r.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: false }).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while w.owner().await.cell != "b" {
+        assert!(Instant::now() < deadline, "the unplanned move did not complete");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    info!(after = ?moved_at.elapsed(), "owner is B");
+
+    info!("--- B grants x after the lock-delay, with a larger token");
+    let cb = leader_client(&w.b).await;
+    let ws = session_at(&cb, 10_000).await;
+    let tw = acquire_at(&cb, ws, "x", "w-1").await;
+    assert!(tw > ta);
+
+    info!("--- A reconnects: it learns the shard left, seals it, and never serves it again");
+    w.cut_a(false);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut c = leader_client(&w.a).await;
+        match c.acquire(acquire_req(h, "after", "h-after", 0)).await {
+            Err(e) if ["NOT_OWNER", "SESSION_EXPIRED"].contains(&code(&e).as_str()) => break,
+            Err(e) => assert!(code(&e) == "UNAVAILABLE" && Instant::now() < deadline, "{e:?}"),
+            Ok(r) => panic!("A granted token {:#x} for a shard it no longer owns", r.into_inner().token),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d = leader_client(&w.a).await.describe(pb::DescribeRequest { shard: shard(), name: "x".into() }).await;
+    assert!(d.is_err() || d.unwrap().into_inner().holders.is_empty(), "A still shows a holder of x");
+    w.shutdown().await;
+}
