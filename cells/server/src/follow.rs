@@ -87,11 +87,11 @@ impl RegistryLink {
         Err(last)
     }
 
-    async fn renew(&mut self) -> Result<rpb::RenewOwnershipResponse, String> {
-        let cell = self.cell.clone();
+    async fn renew(&mut self, serving: Vec<rpb::ServedShard>) -> Result<rpb::RenewOwnershipResponse, String> {
+        let req = rpb::RenewOwnershipRequest { cell: self.cell.clone(), serving };
         self.call("RenewOwnership", move |mut c| {
-            let cell = cell.clone();
-            async move { c.renew_ownership(rpb::RenewOwnershipRequest { cell }).await }
+            let req = req.clone();
+            async move { c.renew_ownership(req).await }
         })
         .await
     }
@@ -132,8 +132,17 @@ pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, mut 
 
 /// One renewal and everything it requires. Returns the lease length.
 async fn follow_once(cell: &Cell, link: &mut RegistryLink) -> Result<Duration, String> {
+    // What this cell serves, so the registry notices a shard it lost (data loss):
+    // that one comes back only at the next epoch.
+    let serving = cell.group.state().read(|m| {
+        m.state()
+            .shards()
+            .filter(|s| !s.sealed)
+            .map(|s| rpb::ServedShard { ns: s.key.ns.to_string(), shard: s.key.shard.to_string(), epoch: s.epoch.0 })
+            .collect()
+    });
     let sent = Instant::now();
-    let answer = link.renew().await?;
+    let answer = link.renew(serving).await?;
     let lease = Duration::from_millis(answer.lease_ms);
     let listed = answer.shards.into_iter().map(listed_from).collect::<Result<Vec<_>, _>>()?;
     let configs = answer

@@ -300,3 +300,29 @@ async fn unplanned_move_a_cut_off_cell_stops_granting_before_its_lease_ends_and_
     assert!(d.is_err() || d.unwrap().into_inner().holders.is_empty(), "A still shows a holder of x");
     w.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_lost_its_data_gets_its_shard_back_only_at_the_next_epoch() {
+    let _g = serial();
+    let mut w = World::start().await;
+
+    info!("--- A serves: H holds x at epoch 1");
+    let ca = leader_client(&w.a).await;
+    let h = session_at(&ca, 30_000).await;
+    let ta = acquire_at(&ca, h, "x", "h-1").await;
+    // The registry records the adoption from A's next renewal (every lease/3).
+    tokio::time::sleep(Duration::from_millis(2 * LEASE_MS / 3 + 200)).await;
+
+    info!("--- every node of A loses its disk; A is formed again, empty");
+    w.a.wipe_and_reform().await;
+
+    info!("--- A gets the shard back at epoch 2 only: its first token beats every old one");
+    let ca = leader_client(&w.a).await;
+    let s = session_at(&ca, 10_000).await;
+    let t = acquire_at(&ca, s, "x", "s-1").await;
+    assert!(t > ta, "a token {t:#x} after the data loss does not beat {ta:#x} from before");
+    assert_eq!(FencingToken(t).epoch().0, 2);
+    let owner = w.owner().await;
+    assert_eq!((owner.cell.as_str(), owner.epoch), ("a", 2), "{owner:?}");
+    w.shutdown().await;
+}

@@ -4,7 +4,7 @@
 
 use crate::convert::{self as cv, invalid};
 use crate::registry::{registry_status, Registry};
-use holdfast_core::{ErrorCode, Epoch, FencingToken, LockName, Revision};
+use holdfast_core::{CellId, ErrorCode, Epoch, FencingToken, LockName, Revision, ShardKey};
 use holdfast_proto::registry::v1 as pb;
 use holdfast_proto::registry::v1::registry_service_server::RegistryService;
 use holdfast_raft::status;
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 #[derive(Debug, Clone)]
 pub struct RegistryApi {
@@ -61,6 +61,42 @@ fn history_status(e: HistoryError) -> Status {
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+impl RegistryApi {
+    /// Compares what a renewing cell serves with what it owns: the first report of an
+    /// owned epoch is recorded (`Adopted`); an adopted epoch missing from a later report
+    /// means the cell lost it, and it gets the shard back only at the next epoch
+    /// (`Restarted`). Writes only when something changed.
+    async fn reconcile_adoption(&self, cell: &CellId, serving: &BTreeSet<(ShardKey, Epoch)>) -> Result<(), Status> {
+        let fixes: Vec<Command> = self.reg.group.state().read(|m| {
+            let st = m.state();
+            st.shards_of_cell(cell)
+                .into_iter()
+                .filter(|o| !o.draining)
+                .filter_map(|o| {
+                    let served = serving.contains(&(o.shard.clone(), o.epoch));
+                    match (served, st.is_adopted(&o.shard)) {
+                        (true, false) => Some(Command::Adopted { shard: o.shard, epoch: o.epoch }),
+                        (false, true) => Some(Command::Restarted { shard: o.shard, epoch: o.epoch }),
+                        _ => None,
+                    }
+                })
+                .collect()
+        });
+        for cmd in fixes {
+            let restart = matches!(cmd, Command::Restarted { .. });
+            let leader = self.reg.assume_leader()?;
+            match self.reg.propose(leader, cmd).await? {
+                Ok(Outcome::Shard { shard, record }) if restart => {
+                    warn!(cell = %cell, shard = %shard, epoch = record.epoch.0, "the cell no longer serves a shard it had adopted (data lost?): it re-adopts at the next epoch");
+                }
+                Ok(_) => {}
+                Err(e) => debug!(cell = %cell, error = %e, "adoption bookkeeping refused (the shard moved on)"),
+            }
+        }
+        Ok(())
+    }
+}
 
 #[tonic::async_trait]
 impl RegistryService for RegistryApi {
@@ -246,8 +282,15 @@ impl RegistryService for RegistryApi {
     }
 
     async fn renew_ownership(&self, req: Request<pb::RenewOwnershipRequest>) -> Result<Response<pb::RenewOwnershipResponse>, Status> {
-        let cell = cv::cell_id(req.into_inner().cell)?;
+        let r = req.into_inner();
+        let cell = cv::cell_id(r.cell)?;
+        let serving = r
+            .serving
+            .into_iter()
+            .map(|s| Ok((cv::shard_key(s.ns, s.shard)?, Epoch(s.epoch))))
+            .collect::<Result<BTreeSet<_>, Status>>()?;
         self.reg.lease_check().await?;
+        self.reconcile_adoption(&cell, &serving).await?;
         // Under the leases lock, so the leader duty never judges a shard's lease over
         // between this read of the state and the record of the grant.
         let (lease, owned, configs) = {

@@ -77,7 +77,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
             "INVALID_ARGUMENT",
             c.update_namespace(pb::UpdateNamespaceRequest { config: Some(ns_config("pay")), expected_version: 7 }).await.map(drop),
         ),
-        ("renewal of an unknown cell", "INVALID_ARGUMENT", c.renew_ownership(pb::RenewOwnershipRequest { cell: "nope".into() }).await.map(drop)),
+        ("renewal of an unknown cell", "INVALID_ARGUMENT", c.renew_ownership(pb::RenewOwnershipRequest { cell: "nope".into(), serving: vec![] }).await.map(drop)),
     ];
     for (what, want, got) in cases {
         let e = got.expect_err(what);

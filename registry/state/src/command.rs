@@ -68,6 +68,13 @@ pub enum Command {
     /// `Moving(A → B, e)` → `Active(A, e)`, or `Active(A, e + 1)` when A already sealed
     /// (a sealed cell can only get the shard back at a new epoch).
     AbortMove { shard: ShardKey, epoch: Epoch },
+    /// The owning cell reported serving the shard at `epoch` (once per epoch).
+    Adopted { shard: ShardKey, epoch: Epoch },
+    /// The owning cell no longer serves an epoch it had adopted (its data was lost or
+    /// restored from an old copy, or it sealed the shard): `Active(same cell, epoch + 1)`
+    /// with an unsealed handover, so it re-adopts with every lock in lock-delay and
+    /// every token larger than any it issued before.
+    Restarted { shard: ShardKey, epoch: Epoch },
 }
 
 impl Command {
@@ -84,6 +91,8 @@ impl Command {
             Command::Sealed { .. } => "sealed",
             Command::CompleteMove { .. } => "complete_move",
             Command::AbortMove { .. } => "abort_move",
+            Command::Adopted { .. } => "adopted",
+            Command::Restarted { .. } => "restarted",
         }
     }
 }

@@ -64,6 +64,8 @@ pub enum RegistryError {
     SealMismatch { shard: String, recorded: Option<u64>, reported: Option<u64> },
     #[error("shard {shard} has used every epoch; it cannot move again")]
     EpochExhausted { shard: String },
+    #[error("shard {shard} was never reported adopted at epoch {epoch}")]
+    NotAdopted { shard: String, epoch: u32 },
     /// A committed entry this build cannot decode (written by a newer release).
     #[error("unavailable: {0}")]
     Undecodable(String),
@@ -90,7 +92,8 @@ impl RegistryError {
             | RegistryError::SameCell { .. }
             | RegistryError::NotMoving { .. }
             | RegistryError::SealMismatch { .. }
-            | RegistryError::EpochExhausted { .. } => ErrorCode::InvalidArgument,
+            | RegistryError::EpochExhausted { .. }
+            | RegistryError::NotAdopted { .. } => ErrorCode::InvalidArgument,
         }
     }
 

@@ -68,6 +68,11 @@ impl RegistryState {
     /// The shards `cell` may serve under its ownership lease: those it owns, marked
     /// `draining` during a planned move away. A shard in an unplanned move away is not
     /// listed: its source's lease on it must run out, so renewals stop covering it.
+    /// Whether the owning cell has reported serving `shard` at its current epoch.
+    pub fn is_adopted(&self, shard: &ShardKey) -> bool {
+        self.shards.get(shard).is_some_and(|r| r.adopted)
+    }
+
     pub fn shards_of_cell(&self, cell: &CellId) -> Vec<OwnedShard> {
         self.shards
             .iter()

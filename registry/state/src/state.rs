@@ -104,6 +104,10 @@ pub struct ShardRecord {
     pub state: ShardState,
     /// `None` for a shard that has never moved.
     pub handover: Option<Handover>,
+    /// The owning cell has reported serving this epoch. From then on, a renewal from
+    /// that cell that does not report it means the cell lost the shard's data (or
+    /// sealed it): it gets the shard back only at the next epoch ([`Command::Restarted`]).
+    pub adopted: bool,
 }
 
 impl ShardRecord {
@@ -154,6 +158,8 @@ impl RegistryState {
             }
             Command::CompleteMove { shard, epoch } => self.complete_move(&mut ctx, shard, *epoch),
             Command::AbortMove { shard, epoch } => self.abort_move(&mut ctx, shard, *epoch),
+            Command::Adopted { shard, epoch } => self.adopted(shard, *epoch),
+            Command::Restarted { shard, epoch } => self.restarted(&mut ctx, shard, *epoch),
         };
         debug_assert!(result.is_ok() || ctx.events.is_empty(), "a refused command emitted events");
         for ev in &ctx.events {

@@ -39,7 +39,7 @@ impl RegistryState {
         }
         let region = self.known_cell(cell)?.region.clone();
         self.active_region(&region, "nothing is placed in it")?;
-        let record = ShardRecord { region, cell: cell.clone(), epoch: Epoch(1), state: ShardState::Active, handover: None };
+        let record = ShardRecord { region, cell: cell.clone(), epoch: Epoch(1), state: ShardState::Active, handover: None, adopted: false };
         self.finish(ctx, key, record)
     }
 
@@ -94,7 +94,7 @@ impl RegistryState {
             ShardState::Active => {
                 let next = record.epoch.next().ok_or_else(|| RegistryError::EpochExhausted { shard: key.to_string() })?;
                 let handover = Handover { from_cell: record.cell.clone(), from_epoch: epoch, seal: Some(report) };
-                let record = ShardRecord { epoch: next, handover: Some(handover), ..record.clone() };
+                let record = ShardRecord { epoch: next, handover: Some(handover), adopted: false, ..record.clone() };
                 self.finish(ctx, key, record)
             }
         }
@@ -114,6 +114,7 @@ impl RegistryState {
             epoch: next,
             state: ShardState::Active,
             handover: Some(Handover { from_cell: record.cell.clone(), from_epoch: epoch, seal: m.seal.clone() }),
+            adopted: false,
         };
         self.finish(ctx, key, record)
     }
@@ -129,8 +130,40 @@ impl RegistryState {
                 epoch: epoch.next().expect("BeginMove checked there is a next epoch"),
                 state: ShardState::Active,
                 handover: Some(Handover { from_cell: record.cell.clone(), from_epoch: epoch, seal: Some(seal.clone()) }),
+                adopted: false,
                 ..record.clone()
             },
+        };
+        self.finish(ctx, key, record)
+    }
+
+    /// The owner serves `epoch`: remembered, so a later renewal without it is noticed.
+    /// No ownership changes, so no event. A stale or repeated report changes nothing.
+    pub(crate) fn adopted(&mut self, key: &ShardKey, epoch: Epoch) -> Result<Outcome, RegistryError> {
+        let record = self.shard_at(key, epoch)?;
+        if record.moving().is_none() && !record.adopted {
+            let record = ShardRecord { adopted: true, ..record.clone() };
+            self.shards.insert(key.clone(), record);
+        }
+        Ok(Outcome::Shard { shard: key.clone(), record: self.shards[key].clone() })
+    }
+
+    /// The owner lost an adopted epoch: it gets the shard back only as a transfer to
+    /// itself at the next epoch, unsealed (nobody reported its holders).
+    pub(crate) fn restarted(&mut self, ctx: &mut Ctx, key: &ShardKey, epoch: Epoch) -> Result<Outcome, RegistryError> {
+        let record = self.shard_at(key, epoch)?;
+        if record.moving().is_some() {
+            return Err(RegistryError::AlreadyMoving { shard: key.to_string(), to_cell: record.moving().map(|m| m.to_cell.to_string()).unwrap_or_default() });
+        }
+        if !record.adopted {
+            return Err(RegistryError::NotAdopted { shard: key.to_string(), epoch: epoch.0 });
+        }
+        let next = epoch.next().ok_or_else(|| RegistryError::EpochExhausted { shard: key.to_string() })?;
+        let record = ShardRecord {
+            epoch: next,
+            handover: Some(Handover { from_cell: record.cell.clone(), from_epoch: epoch, seal: None }),
+            adopted: false,
+            ..record.clone()
         };
         self.finish(ctx, key, record)
     }

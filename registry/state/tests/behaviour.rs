@@ -278,3 +278,39 @@ fn codec_round_trips_and_refuses_foreign_bytes() {
     future[4] = 99;
     assert!(RegistryState::restore(&future).is_err());
 }
+
+#[test]
+fn a_cell_that_lost_an_adopted_epoch_gets_the_shard_back_at_the_next_one() {
+    let mut st = world();
+    let restart = Command::Restarted { shard: key("pay", "default"), epoch: Epoch(1) };
+    // Never reported adopted: a missing report proves nothing yet.
+    refused(&mut st, restart.clone(), ErrorCode::InvalidArgument);
+    let a = ok(&mut st, Command::Adopted { shard: key("pay", "default"), epoch: Epoch(1) });
+    assert!(a.events.is_empty(), "adoption bookkeeping is not an ownership change");
+    assert!(st.is_adopted(&key("pay", "default")));
+    // A repeated or stale report changes nothing.
+    let before = st.clone();
+    ok(&mut st, Command::Adopted { shard: key("pay", "default"), epoch: Epoch(1) });
+    assert_eq!(st, before);
+    refused(&mut st, Command::Adopted { shard: key("pay", "default"), epoch: Epoch(7) }, ErrorCode::StaleEpoch);
+
+    let a = ok(&mut st, restart.clone());
+    assert_eq!(a.events.len(), 1);
+    let r = st.get_owner(&key("pay", "default")).unwrap();
+    assert_eq!((r.cell.as_str(), r.epoch), ("east-1", Epoch(2)));
+    assert!(!st.is_adopted(&key("pay", "default")), "the new epoch must be reported again");
+    let owned = st.shards_of_cell(&cell("east-1"));
+    assert_eq!(owned[0].handover.as_ref().unwrap().seal, None, "nobody reported the holders: every lock is delayed");
+    // The old epoch is gone for good.
+    refused(&mut st, restart, ErrorCode::StaleEpoch);
+}
+
+#[test]
+fn every_epoch_change_forgets_the_adoption() {
+    let mut st = world();
+    ok(&mut st, Command::Adopted { shard: key("pay", "default"), epoch: Epoch(1) });
+    begin(&mut st, "west-1", false);
+    ok(&mut st, Command::CompleteMove { shard: key("pay", "default"), epoch: Epoch(1) });
+    assert!(!st.is_adopted(&key("pay", "default")), "west-1 has not reported epoch 2 yet");
+    refused(&mut st, Command::Restarted { shard: key("pay", "default"), epoch: Epoch(2) }, ErrorCode::InvalidArgument);
+}

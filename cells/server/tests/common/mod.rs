@@ -142,6 +142,21 @@ impl TestCell {
         self.nodes.insert(id, server);
     }
 
+    /// Every node loses its disk: stopped, data removed, started empty on the same
+    /// addresses, and the cell formed again.
+    pub async fn wipe_and_reform(&mut self) {
+        let ids: Vec<u64> = self.nodes.keys().copied().collect();
+        for id in &ids {
+            self.stop_node(*id).await;
+            std::fs::remove_dir_all(self.root.path().join(format!("node-{id}"))).unwrap();
+        }
+        for id in &ids {
+            self.start_node(*id).await;
+        }
+        let members = self.nodes.iter().map(|(id, n)| (*id, n.node().clone())).collect();
+        self.nodes[&ids[0]].initialize(members).await.unwrap();
+    }
+
     pub async fn stop_node(&mut self, id: u64) {
         if let Some(n) = self.nodes.remove(&id) {
             n.shutdown().await;
