@@ -9,8 +9,8 @@
 //! 1. a renewal is confirmed only under the leader lease (checked by the caller, with
 //!    openraft's lease read, before [`LeaseClock::renew`]);
 //! 2. every `checkpoint_interval` the leader commits one entry listing the sessions that
-//!    are late — silent for longer than the renewal period (TTL/3) — with their
-//!    remaining TTL ([`LeaseClock::checkpoint`]);
+//!    are late — silent for longer than the renewal period (TTL/3) plus one interval —
+//!    with their remaining TTL ([`LeaseClock::checkpoint`]);
 //! 3. a session listed in a checkpoint is marked the moment the checkpoint is proposed,
 //!    and a renewal of a marked session is confirmed only after a `ClearCheckpoint`
 //!    has committed ([`Renewal::NeedsClear`]);
@@ -142,13 +142,15 @@ impl LeaseClock {
             return None;
         }
         self.last_checkpoint = now;
-        // Late: silent for longer than the renewal period clients follow (TTL/3), or
-        // not heard from since this leader's election. A client that renews on time
-        // is never listed, so its renewals cost no log write.
+        // Late: silent for longer than the renewal period clients follow (TTL/3) plus
+        // one checkpoint interval of slack, or not heard from since this leader's
+        // election. A client that renews on time is never listed, so its renewals cost
+        // no log write.
+        let slack = self.checkpoint_interval;
         let mut listed: Vec<(SessionId, u64)> = self
             .sessions
             .iter_mut()
-            .filter(|(_, t)| !t.expiring && !t.checkpointed && t.last_renew.is_none_or(|r| now.saturating_duration_since(r) > t.ttl / 3))
+            .filter(|(_, t)| !t.expiring && !t.checkpointed && t.last_renew.is_none_or(|r| now.saturating_duration_since(r) > t.ttl / 3 + slack))
             .map(|(id, t)| {
                 t.checkpointed = true;
                 (*id, t.deadline.saturating_duration_since(now).as_millis() as u64)
@@ -414,7 +416,7 @@ mod tests {
         old.renew(t0, SessionId(2));
         // Session 2 dies at t0; session 1 keeps renewing.
         let mut now = t0;
-        for _ in 0..3 {
+        for _ in 0..4 {
             now += CP;
             old.renew(now, SessionId(1));
             if let Some(cp) = old.checkpoint(now) {
@@ -423,11 +425,12 @@ mod tests {
             }
         }
         let told = st.session(SessionId(2)).unwrap().checkpoint_ms.unwrap();
-        assert_eq!(told, 1_500, "3 s TTL minus 1.5 s without renewal");
+        // Late after TTL/3 + CP = 1.5 s of silence: first listed at 2 s.
+        assert_eq!(told, 1_000, "3 s TTL minus 2 s without renewal");
         assert_eq!(arrivals.seen(SessionId(2)), Some(now));
         assert_eq!(arrivals.seen(SessionId(1)), None, "a renewing session is never listed");
-        // The old leader dies; a new one is elected 1 s later.
-        let elected = now + Duration::from_millis(1_000);
+        // The old leader dies; a new one is elected 0.5 s later.
+        let elected = now + Duration::from_millis(500);
         let mut new = LeaseClock::on_election(elected, &st, CP, &arrivals);
         assert_eq!(new.remaining(elected, SessionId(2)), Some(Duration::from_millis(500)));
         assert_eq!(new.remaining(elected, SessionId(1)), Some(TTL));
@@ -438,8 +441,8 @@ mod tests {
         // A node that never saw the checkpoint arrive (restarted, or restored from a
         // snapshot) counts from its election: later, never earlier.
         let mut late = LeaseClock::on_election(elected, &st, CP, &CheckpointArrivals::default());
-        assert_eq!(late.remaining(elected, SessionId(2)), Some(Duration::from_millis(1_500)));
-        assert!(!late.due(elected + Duration::from_millis(1_499)).contains(&expire));
+        assert_eq!(late.remaining(elected, SessionId(2)), Some(Duration::from_millis(1_000)));
+        assert!(!late.due(elected + Duration::from_millis(999)).contains(&expire));
     }
 
     #[test]

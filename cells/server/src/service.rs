@@ -175,8 +175,15 @@ impl LockService for LockApi {
         };
         let result = match outcome? {
             Ok(Outcome::Granted { token }) => granted(token),
+            // A retry without a wait of a request that is already queued: it keeps its
+            // place, but this call does not wait.
+            Ok(Outcome::Queued { .. }) if woken.is_none() => Err(status(
+                ErrorCode::LockHeld,
+                format!("request {rid} is queued for {name}; retry it with wait_timeout_ms to wait for the grant"),
+                None,
+            )),
             Ok(Outcome::Queued { .. }) => {
-                let woken = woken.expect("queued only when waiting");
+                let woken = woken.expect("checked above");
                 if let Some(clock) = self.cell.hooks.clock.lock().expect("clock lock").as_mut() {
                     clock.track_wait(session, rid.clone(), started + wait);
                 }
