@@ -22,5 +22,18 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# promtool (to check the gateway's /metrics) comes from Debian's prometheus package,
+# unpacked rather than installed so no Prometheus service is set up or started.
+if ! command -v promtool >/dev/null && [ ! -x /opt/prometheus/usr/bin/promtool ]; then
+  echo "setup: unpacking promtool from Debian's prometheus package"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && { apt-get download prometheus >/dev/null 2>&1 || { $SUDO apt-get update -qq && apt-get download prometheus >/dev/null; }; })
+  $SUDO mkdir -p /opt/prometheus
+  $SUDO dpkg-deb -x "$tmp"/prometheus_*.deb /opt/prometheus
+  rm -rf "$tmp"
+fi
+
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
 echo "setup: ok"

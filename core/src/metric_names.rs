@@ -26,3 +26,7 @@ pub const SHARD_EPOCH: &str = "holdfast_shard_epoch";
 // ---- sessions (cell)
 pub const SESSIONS_EXPIRED: &str = "holdfast_sessions_expired_total";
 pub const CHECKPOINT_SESSIONS: &str = "holdfast_checkpoint_sessions";
+// ---- gateway
+pub const GATEWAY_STALE_ROUTES: &str = "holdfast_gateway_stale_routes_total";
+pub const GATEWAY_UNFENCED_GRANTS: &str = "holdfast_gateway_unfenced_grants_total";
+pub const GATEWAY_RATE_LIMITED: &str = "holdfast_gateway_rate_limited_total";

@@ -7,6 +7,7 @@
 #![allow(missing_debug_implementations, clippy::all)]
 
 pub mod convert;
+pub mod status;
 
 /// The encoded `FileDescriptorSet` of every holdfast proto, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("holdfast_descriptor");

@@ -67,6 +67,9 @@ fn describe() {
     describe_histogram!(RAFT_FSYNC, Unit::Seconds, "Duration of the synced RocksDB writes of the Raft log (votes and appends).");
     describe_gauge!(SHARD_EPOCH, "The ownership epoch at which this cell serves a shard, by namespace and shard.");
     describe_counter!(SESSIONS_EXPIRED, "Sessions this cell expired because their countdown ran out, by namespace.");
+    describe_counter!(GATEWAY_STALE_ROUTES, "Calls a cell refused because the gateway's placement was stale (refreshed and retried once), by namespace.");
+    describe_counter!(GATEWAY_UNFENCED_GRANTS, "Acquires answered with an unfenced grant because the cell was unreachable and the namespace is fail-open, by namespace.");
+    describe_counter!(GATEWAY_RATE_LIMITED, "Acquires refused with RATE_LIMITED, by namespace.");
     describe_gauge!(CHECKPOINT_SESSIONS, "Sessions listed in the last checkpoint the leader proposed (sessions that did not renew).");
 }
 
@@ -76,28 +79,35 @@ pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
 /// Serves `/metrics` (Prometheus text), `/healthz` (the process runs) and `/readyz`
 /// until `shutdown` turns true.
 pub async fn serve(listener: TcpListener, ready: Readiness, mut shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
-    let handle = install();
-    let upkeep = handle.clone();
-    // Histograms keep samples until rendered; drain them even if nobody scrapes.
-    let keeper = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-            upkeep.run_upkeep();
-        }
-    });
-    let app = Router::new()
-        .route("/metrics", get(metrics_text))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .with_state((handle, ready));
-    let r = axum::serve(listener, app)
+    let keeper = tokio::spawn(upkeep());
+    let r = axum::serve(listener, router(ready))
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|s| *s).await;
         })
         .await;
     keeper.abort();
     r
+}
+
+/// Drains histogram samples every few seconds, even if nobody scrapes. Runs forever:
+/// spawn it next to a server that uses [`router`], and abort it with the server.
+pub async fn upkeep() {
+    let handle = install();
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        handle.run_upkeep();
+    }
+}
+
+/// `/metrics`, `/healthz` and `/readyz` as a router, for a server that merges them into
+/// its own HTTP port (the gateway). Installs the recorder if it is not yet.
+pub fn router(ready: Readiness) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state((install(), ready))
 }
 
 type AppState = (PrometheusHandle, Readiness);

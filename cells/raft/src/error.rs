@@ -9,10 +9,7 @@ use openraft::errors::{ChangeMembershipError, ForwardReason};
 
 use crate::types::{ClientWriteError, Fatal, ForwardToLeader, InitializeError, Node, NodeId, RaftError};
 
-/// gRPC metadata key carrying the stable error code.
-pub const CODE_METADATA: &str = "holdfast-code";
-/// gRPC metadata key carrying the leader's client address on `NOT_LEADER`.
-pub const LEADER_METADATA: &str = "holdfast-leader";
+pub use holdfast_proto::status::{CODE_METADATA, LEADER_METADATA};
 
 /// Starting a node failed.
 #[derive(Debug, thiserror::Error)]
@@ -140,16 +137,4 @@ impl InitError {
     }
 }
 
-/// A gRPC status for `code`, with the stable string in metadata and, for `NOT_LEADER`,
-/// the leader's client address.
-pub fn status(code: ErrorCode, message: String, leader_client_addr: Option<&str>) -> tonic::Status {
-    let grpc = tonic::Code::from_i32(code.grpc_code() as i32);
-    let mut s = tonic::Status::new(grpc, message);
-    if let Ok(v) = code.as_str().parse() {
-        s.metadata_mut().insert(CODE_METADATA, v);
-    }
-    if let Some(addr) = leader_client_addr.and_then(|a| a.parse().ok()) {
-        s.metadata_mut().insert(LEADER_METADATA, addr);
-    }
-    s
-}
+pub use holdfast_proto::status::status;

@@ -52,6 +52,11 @@ impl Cell {
     pub fn may_grant(&self, shard: &ShardKey) -> Result<(), Status> {
         let Some(gate) = &self.ownership else { return Ok(()) };
         let Some(epoch) = self.group.state().read(|m| m.state().served_epoch(shard)) else {
+            // Listed by the registry but not served: being adopted, or sealed and
+            // draining away. Either is a moment away from a clear answer.
+            if let Some(r) = gate.lock().expect("ownership lock").unserved(shard) {
+                return Err(status(r.code, r.message, None));
+            }
             // Unknown or sealed here: the lock table answers with the precise error.
             return Ok(());
         };

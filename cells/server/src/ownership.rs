@@ -108,6 +108,19 @@ impl OwnershipLease {
         Ok(())
     }
 
+    /// Why a shard the lock table does not serve (unknown, or sealed) must still be
+    /// refused with a retryable code: the latest answer lists it, so it is being
+    /// adopted, or it is draining away after its seal. `None` if not listed.
+    pub fn unserved(&self, shard: &ShardKey) -> Option<Refusal> {
+        let c = self.shards.get(shard)?;
+        let message = if c.draining {
+            format!("shard {shard} is sealed here and moving to another cell; retry")
+        } else {
+            format!("shard {shard} is being adopted by this cell at epoch {}; retry", c.epoch.0)
+        };
+        Some(Refusal { code: ErrorCode::Moving, message })
+    }
+
     /// Still inside the lease (any shard)?
     pub fn held(&self, now: Instant) -> bool {
         self.until.is_some_and(|u| now < u)

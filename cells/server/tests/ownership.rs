@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::proxy::Proxy;
+use holdfast_testkit::proxy::Proxy;
 use common::*;
 use holdfast_core::{FencingToken, LockName, NamespaceName, ShardKey, ShardName};
 use holdfast_fence::{FencedStore, LockId, MemoryFence};

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-pub mod proxy;
+
 
 use holdfast_cell::{CellConfig, CellServer};
 use holdfast_proto::admin::v1 as apb;
@@ -239,7 +239,7 @@ pub fn acquire_req(session: u64, name: &str, rid: &str, wait_ms: u64) -> pb::Acq
 
 /// One KeepAlive round trip on a fresh stream.
 pub async fn renew(c: &mut LockServiceClient<Channel>, session: u64) -> Result<u64, tonic::Status> {
-    let req = tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: session }]);
+    let req = tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: session, shard: None }]);
     let mut stream = c.keep_alive(req).await?.into_inner();
     match stream.message().await? {
         Some(r) => Ok(r.ttl_remaining_ms),

@@ -1,0 +1,151 @@
+//! The SDK's errors, and the one place a gRPC status becomes one of them.
+
+use holdfast_core::{ErrorCode, NameError, SessionId};
+use holdfast_proto::status::{code_of, leader_of};
+use std::fmt;
+
+/// Why a session is lost. Once lost, a session stays lost: the worker must stop
+/// every effectful step under its locks, and a new session is needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// No renewal was confirmed within the safe window (2/3 of the TTL, counted from
+    /// when the last confirmed renewal was sent): the cell was unreachable or slow.
+    /// The cell may not have expired the session yet; it will, unless a renewal that
+    /// the SDK no longer sends arrives.
+    RenewTimedOut,
+    /// The worker stopped calling [`crate::Session::progress`] within its progress
+    /// timeout, so the SDK stopped renewing and let the lease run out.
+    NoProgress,
+    /// The cell answered that the session expired or does not exist.
+    Expired,
+    /// The cell refused a renewal with a code that no retry can change.
+    Refused(ErrorCode),
+    /// The caller closed the session ([`crate::Session::close`]).
+    Closed,
+}
+
+impl LossReason {
+    /// Did the session end without the caller asking? Counted in
+    /// `lock_lease_expired_while_held_total` when a lock was held.
+    pub fn is_unplanned(self) -> bool {
+        !matches!(self, LossReason::Closed)
+    }
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LossReason::RenewTimedOut => f.write_str("no renewal confirmed within 2/3 of the TTL"),
+            LossReason::NoProgress => f.write_str("the worker stopped reporting progress"),
+            LossReason::Expired => f.write_str("the cell expired the session"),
+            LossReason::Refused(c) => write!(f, "the cell refused a renewal: {c}"),
+            LossReason::Closed => f.write_str("closed by the caller"),
+        }
+    }
+}
+
+/// Everything an SDK call can fail with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The cell answered with a stable error code (`LOCK_HELD`, `TIMEOUT`, ...).
+    /// Retryable codes only reach the caller once the retry budget is spent.
+    #[error("{code}: {message}")]
+    Refused { code: ErrorCode, message: String },
+
+    /// No stable code: the call failed on the way (connection refused or reset, a
+    /// per-attempt timeout, a node shutting down). For a write the outcome is
+    /// **unknown**: the SDK retries Acquire with the same request id, so a retry
+    /// learns the real outcome.
+    #[error("transport error ({grpc:?}): {message}")]
+    Transport { grpc: tonic::Code, message: String },
+
+    /// The request was refused before it was sent (a bad name, value or option).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The session is lost; nothing can be acquired or renewed through it.
+    #[error("session {session} is lost: {reason}")]
+    SessionLost { session: SessionId, reason: LossReason },
+}
+
+impl Error {
+    /// The stable code, if the cell gave one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Refused { code, .. } => Some(*code),
+            Error::InvalidArgument(_) => Some(ErrorCode::InvalidArgument),
+            _ => None,
+        }
+    }
+
+    /// May the same request (same request id) be sent again and succeed?
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Refused { code, .. } => code.is_retryable(),
+            Error::Transport { grpc, .. } => matches!(
+                grpc,
+                tonic::Code::Unavailable
+                    | tonic::Code::Unknown
+                    | tonic::Code::Cancelled
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Internal
+                    | tonic::Code::Aborted
+            ),
+            Error::InvalidArgument(_) | Error::SessionLost { .. } => false,
+        }
+    }
+
+    pub(crate) fn per_attempt_timeout(after: std::time::Duration) -> Error {
+        Error::Transport { grpc: tonic::Code::DeadlineExceeded, message: format!("no answer within {after:?}") }
+    }
+}
+
+impl From<NameError> for Error {
+    fn from(e: NameError) -> Error {
+        Error::InvalidArgument(e.to_string())
+    }
+}
+
+/// A status as the SDK sees it: its error, and the leader hint it carried.
+pub(crate) struct Classified {
+    pub error: Error,
+    pub leader_hint: Option<String>,
+}
+
+/// The one mapping of gRPC statuses to [`Error`]s: a `holdfast-code` in metadata is
+/// the cell's answer; no code means the call never got a holdfast answer.
+pub(crate) fn classify(s: &tonic::Status) -> Classified {
+    let leader_hint = leader_of(s);
+    let error = match code_of(s) {
+        Some(code) => Error::Refused { code, message: s.message().to_owned() },
+        None => Error::Transport { grpc: s.code(), message: s.message().to_owned() },
+    };
+    Classified { error, leader_hint }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_proto::status::{CODE_METADATA, LEADER_METADATA};
+
+    #[test]
+    fn a_coded_status_is_the_cells_answer_and_carries_its_hint() {
+        let mut s = tonic::Status::unavailable("not me");
+        s.metadata_mut().insert(CODE_METADATA, "NOT_LEADER".parse().unwrap());
+        s.metadata_mut().insert(LEADER_METADATA, "127.0.0.1:7002".parse().unwrap());
+        let c = classify(&s);
+        assert_eq!(c.error.code(), Some(ErrorCode::NotLeader));
+        assert!(c.error.is_retryable());
+        assert_eq!(c.leader_hint.as_deref(), Some("127.0.0.1:7002"));
+    }
+
+    #[test]
+    fn an_uncoded_status_is_transport_and_retryable_only_when_transient() {
+        assert!(classify(&tonic::Status::unavailable("connection refused")).error.is_retryable());
+        assert!(classify(&tonic::Status::unknown("h2 reset")).error.is_retryable());
+        assert!(!classify(&tonic::Status::unimplemented("no such service")).error.is_retryable());
+        let mut held = tonic::Status::aborted("held");
+        held.metadata_mut().insert(CODE_METADATA, "LOCK_HELD".parse().unwrap());
+        assert!(!classify(&held).error.is_retryable(), "a coded answer is judged by its code");
+    }
+}

@@ -1,0 +1,171 @@
+//! A real 3-node cell in this process for the SDK's tests: RocksDB in temp dirs, gRPC on
+//! loopback, namespace `pay` shard `default` served at epoch 1 through admin calls (no
+//! registry). Only the servers' public API is used; waits are on conditions.
+
+#![allow(dead_code)]
+
+use holdfast_cell::{CellConfig, CellServer};
+use holdfast_proto::admin::v1 as apb;
+use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
+use holdfast_proto::lock::v1 as pb;
+use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+
+pub const WAIT: Duration = Duration::from_secs(20);
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Cell tests run one at a time: parallel clusters on 2 cores starve heartbeats.
+pub fn serial() -> MutexGuard<'static, ()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,holdfast_client=debug,sdk=info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits until `f` holds, or fails the test after `WAIT` saying `what`.
+pub async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    while !f().await {
+        assert!(Instant::now() < deadline, "{what}: not within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub struct TestCell {
+    pub nodes: BTreeMap<u64, CellServer>,
+    addrs: BTreeMap<u64, SocketAddr>,
+    root: TempDir,
+}
+
+impl TestCell {
+    /// Nodes 1..=3, formed into a cell serving `pay/default` at epoch 1 with the
+    /// given lock-delay.
+    pub async fn start(lock_delay_ms: u64) -> TestCell {
+        let mut c = TestCell { nodes: BTreeMap::new(), addrs: BTreeMap::new(), root: tempfile::tempdir().unwrap() };
+        for id in 1..=3 {
+            let dir = c.root.path().join(format!("node-{id}"));
+            // The config's own loader (defaults, then these), so new fields with
+            // defaults need no change here.
+            let cfg = CellConfig::load(
+                None,
+                &[
+                    ("node_id", id.to_string()),
+                    ("cell", "sdk".into()),
+                    ("data_dir", dir.display().to_string()),
+                    ("raft_addr", "127.0.0.1:0".into()),
+                    ("client_addr", "127.0.0.1:0".into()),
+                    ("heartbeat_ms", "100".into()),
+                    ("checkpoint_interval_ms", "500".into()),
+                    ("shutdown_deadline_ms", "5000".into()),
+                ],
+            )
+            .unwrap();
+            let raft = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let server = CellServer::start_on(&cfg, raft, client).await.unwrap();
+            c.addrs.insert(id, server.client_addr());
+            c.nodes.insert(id, server);
+        }
+        let members = c.nodes.iter().map(|(id, n)| (*id, n.node().clone())).collect();
+        c.nodes[&1].initialize(members).await.unwrap();
+        let leader = c.leader().await;
+        let mut admin = CellAdminClient::connect(format!("http://{}", c.addrs[&leader])).await.unwrap();
+        let config = apb::NamespaceConfig {
+            name: "pay".into(),
+            owner: "team-pay".into(),
+            intent: pb::Intent::Correctness as i32,
+            lock_delay_ms,
+            version: 1,
+            ..Default::default()
+        };
+        admin.apply_namespace(apb::ApplyNamespaceRequest { config: Some(config) }).await.unwrap();
+        let adopt = apb::AdoptShardRequest { ns: "pay".into(), shard: "default".into(), epoch: 1, delayed_locks: vec![] };
+        admin.adopt_shard(adopt).await.unwrap();
+        c
+    }
+
+    /// Client addresses of every node, running or not.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.addrs.values().map(ToString::to_string).collect()
+    }
+
+    /// The node that leads and runs its lease clock (highest term wins).
+    pub async fn leader(&self) -> u64 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let leading = self.nodes.iter().filter(|(_, n)| n.leads()).map(|(id, n)| (n.metrics().current_term, *id));
+            if let Some((_, id)) = leading.max() {
+                return id;
+            }
+            assert!(Instant::now() < deadline, "no leader within {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn stop_node(&mut self, id: u64) {
+        if let Some(n) = self.nodes.remove(&id) {
+            n.shutdown().await;
+        }
+    }
+
+    /// The lock's holders `(session, token)` and waiters' request ids, from whichever
+    /// node answers a linearizable Describe.
+    pub async fn describe(&self, name: &str) -> Option<(Vec<(u64, u64)>, Vec<String>)> {
+        for id in self.nodes.keys() {
+            let Ok(mut c) = LockServiceClient::connect(format!("http://{}", self.addrs[id])).await else { continue };
+            let req = pb::DescribeRequest {
+                shard: Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 0 }),
+                name: name.into(),
+            };
+            if let Ok(Ok(d)) = tokio::time::timeout(Duration::from_secs(1), c.describe(req)).await {
+                let d = d.into_inner();
+                return Some((
+                    d.holders.iter().map(|h| (h.session_id, h.token)).collect(),
+                    d.waiters.iter().map(|w| w.request_id.clone()).collect(),
+                ));
+            }
+        }
+        None
+    }
+
+    pub async fn holders(&self, name: &str) -> Vec<(u64, u64)> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some((holders, _)) = self.describe(name).await {
+                return holders;
+            }
+            assert!(Instant::now() < deadline, "no node answered Describe within {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn shutdown(mut self) {
+        for id in self.nodes.keys().copied().collect::<Vec<_>>() {
+            self.stop_node(id).await;
+        }
+    }
+}
+
+/// The value of a counter with `ns="pay"` in the process's Prometheus exposition (the
+/// cell servers install the recorder; the SDK records through the same facade).
+pub fn counter(name: &str) -> f64 {
+    let text = holdfast_telemetry::install().render();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains("ns=\"pay\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -1,0 +1,183 @@
+//! The SDK against a real 3-node cell over gRPC on loopback. Each test reads as
+//! phases; its name says which failure it pins.
+
+mod common;
+
+use common::*;
+use holdfast_client::{AcquireOptions, Client, ErrorCode, LossReason, SessionOptions};
+use holdfast_core::metric_names::LEASE_EXPIRED_WHILE_HELD;
+use holdfast_fence::{FenceError, FencedStore, LockId, MemoryFence};
+use std::time::{Duration, Instant};
+use tracing::info;
+
+fn opts(ttl: Duration) -> SessionOptions {
+    SessionOptions::new("pay", "default", ttl).label("sdk-test")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewing_session_outlives_its_ttl_and_reacquire_gets_a_larger_token() {
+    let _g = serial();
+    let cell = TestCell::start(0).await;
+    let client = Client::connect(&cell.endpoints()).await.unwrap();
+    // 3 s, not 2: the window between renewals (TTL/3) must absorb a slow commit on a
+    // 2-core machine that is also compiling.
+    let ttl = Duration::from_secs(3);
+    let expired_before = counter(LEASE_EXPIRED_WHILE_HELD);
+
+    info!("--- acquire");
+    let session = client.create_session(opts(ttl)).await.unwrap();
+    let lock = session.acquire("settle", AcquireOptions::new().value("worker-a")).await.unwrap();
+    let t1 = lock.token();
+    assert_eq!(lock.value(), b"worker-a");
+    assert_eq!(cell.holders("settle").await, vec![(session.id().0, t1.0)]);
+
+    info!("--- hold for three TTLs: the renewal task keeps the session, no loss is reported");
+    let quiet = tokio::time::timeout(ttl * 3, lock.lost()).await;
+    assert!(quiet.is_err(), "the session reported a loss while renewing: {quiet:?}");
+    assert!(!lock.is_lost() && lock.check().is_ok());
+    assert!(session.time_left().unwrap() > ttl / 3, "a renewed session has most of its window left");
+    assert_eq!(cell.holders("settle").await, vec![(session.id().0, t1.0)], "the cell still lists the holder");
+
+    info!("--- release, re-acquire: the token grows");
+    lock.release().await.unwrap();
+    assert_eq!(cell.holders("settle").await, vec![]);
+    let again = session.acquire("settle", AcquireOptions::new()).await.unwrap();
+    assert!(again.token() > t1, "{} should exceed {}", again.token(), t1);
+    again.release().await.unwrap();
+
+    info!("--- a held lock answers LOCK_HELD to another session that does not wait");
+    let other = client.create_session(opts(ttl)).await.unwrap();
+    let held = session.acquire("settle", AcquireOptions::new()).await.unwrap();
+    let refused = other.acquire("settle", AcquireOptions::new()).await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::LockHeld), "{refused}");
+    held.release().await.unwrap();
+
+    info!("--- close: the loss signal fires as Closed and counts no expiry");
+    session.close().await.unwrap();
+    assert!(session.is_lost());
+    assert_eq!(session.loss_reason(), Some(LossReason::Closed));
+    assert_eq!(counter(LEASE_EXPIRED_WHILE_HELD), expired_before);
+    drop(other);
+    cell.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zombie_holder_is_told_before_expiry_and_its_stale_write_is_fenced() {
+    let _g = serial();
+    let cell = TestCell::start(0).await;
+    let client = Client::connect(&cell.endpoints()).await.unwrap();
+    let ttl = Duration::from_secs(2);
+    let ledger = MemoryFence::new("ledger");
+    let expired_before = counter(LEASE_EXPIRED_WHILE_HELD);
+
+    info!("--- A acquires and writes through the fence");
+    let a = client.create_session(opts(ttl).progress_timeout(Duration::from_millis(300))).await.unwrap();
+    let lock_a = a.acquire("settle", AcquireOptions::new().value("worker-a")).await.unwrap();
+    let ta = lock_a.token();
+    let settle = LockId::new(lock_a.shard().clone(), lock_a.name().clone());
+    ledger.write(&settle, ta, b"batch-7", b"PAYING by A").unwrap();
+    a.progress();
+
+    info!("--- A's worker stalls (stuck I/O): it stops reporting progress, so the SDK stops renewing");
+    let reason = tokio::time::timeout(WAIT, lock_a.lost()).await.expect("A never reported the loss");
+    assert_eq!(reason, LossReason::NoProgress);
+    info!("--- the loss is reported before the cell's expiry: the cell still lists A");
+    assert_eq!(cell.holders("settle").await, vec![(a.id().0, ta.0)]);
+    assert!(lock_a.is_lost() && lock_a.check().is_err());
+    assert_eq!(counter(LEASE_EXPIRED_WHILE_HELD), expired_before + 1.0, "lock_lease_expired_while_held_total counts it");
+
+    info!("--- B waits in the cell's queue and gets the lock after A expires, with a larger token");
+    let b = client.create_session(opts(ttl)).await.unwrap();
+    let lock_b = b.acquire("settle", AcquireOptions::new().wait(WAIT).value("worker-b")).await.unwrap();
+    assert!(lock_b.token() > ta, "{} should exceed {}", lock_b.token(), ta);
+    ledger.write(&settle, lock_b.token(), b"batch-7", b"PAID by B").unwrap();
+
+    info!("--- A wakes up and writes with its old token: the fence rejects it");
+    let err = ledger.write(&settle, ta, b"batch-7", b"PAID by A").unwrap_err();
+    assert!(matches!(err, FenceError::Stale { presented, highest, .. } if presented == ta && highest == lock_b.token()), "{err}");
+    assert_eq!(ledger.read(b"batch-7").unwrap().unwrap().value, b"PAID by B");
+
+    info!("--- A's late release cannot touch B's hold");
+    let late = lock_a.release().await.unwrap_err();
+    assert_eq!(late.code(), Some(ErrorCode::NotHolder), "{late}");
+    assert_eq!(cell.holders("settle").await, vec![(b.id().0, lock_b.token().0)]);
+    lock_b.release().await.unwrap();
+    cell.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_retried_across_a_leader_kill_never_grants_twice() {
+    let _g = serial();
+    let mut cell = TestCell::start(0).await;
+    let client = Client::connect(&cell.endpoints()).await.unwrap();
+    // The SDK keeps a session through an outage of at most 2/3 TTL minus the time
+    // since the last renewal (up to TTL/3). A leader kill here costs about 3 s (the
+    // followers wait out the leader lease, then elect), so the TTL must exceed ~10 s.
+    let ttl = Duration::from_secs(15);
+    let a = client.create_session(opts(ttl)).await.unwrap();
+    let b = client.create_session(opts(ttl)).await.unwrap();
+
+    info!("--- A acquires under a request id of its own");
+    let first = a.acquire("job", AcquireOptions::new().request_id("job-42")).await.unwrap();
+    let t1 = first.token();
+
+    info!("--- kill the leader");
+    let l1 = cell.leader().await;
+    cell.stop_node(l1).await;
+
+    info!("--- B acquires during the election: retried through the dead node and NOT_LEADER, granted once");
+    let started = Instant::now();
+    let lock_b = b.acquire("other", AcquireOptions::new()).await.unwrap();
+    info!(elapsed = ?started.elapsed(), "B granted");
+    // Tokens of a shard count every grant: exactly one grant happened since A's.
+    assert_eq!(lock_b.token().0, t1.0 + 1, "one grant for B, however many attempts");
+
+    info!("--- A sends its request id again: the same token, not a second hold");
+    let again = a.acquire("job", AcquireOptions::new().request_id("job-42")).await.unwrap();
+    assert_eq!(again.token(), t1);
+    assert_eq!(cell.holders("job").await, vec![(a.id().0, t1.0)]);
+    assert_eq!(cell.holders("other").await, vec![(b.id().0, lock_b.token().0)]);
+
+    info!("--- both sessions survived the leader change");
+    assert!(!a.is_lost() && !b.is_lost());
+    again.release().await.unwrap();
+    drop(first); // the same hold: its background release is a harmless repeat
+    lock_b.release().await.unwrap();
+    cell.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_lock_is_released_without_waiting_for_the_ttl() {
+    let _g = serial();
+    let cell = TestCell::start(0).await;
+    let client = Client::connect(&cell.endpoints()).await.unwrap();
+    let ttl = Duration::from_secs(3);
+    let a = client.create_session(opts(ttl)).await.unwrap();
+    let b = client.create_session(opts(ttl)).await.unwrap();
+
+    info!("--- A acquires and drops the guard; A's session stays alive");
+    let lock = a.acquire("drop-me", AcquireOptions::new()).await.unwrap();
+    let ta = lock.token();
+    let dropped = Instant::now();
+    drop(lock);
+
+    info!("--- B, waiting in the queue, is granted long before A's TTL could matter");
+    let lock_b = b.acquire("drop-me", AcquireOptions::new().wait(WAIT)).await.unwrap();
+    assert!(lock_b.token() > ta);
+    assert!(dropped.elapsed() < ttl, "granted after {:?}: that was an expiry, not the drop", dropped.elapsed());
+    assert!(!a.is_lost(), "dropping a lock does not end its session");
+    lock_b.release().await.unwrap();
+
+    info!("--- dropping a session and its lock closes the session, which frees its locks at once");
+    let c = client.create_session(opts(ttl)).await.unwrap();
+    let lock_c = c.acquire("drop-me-too", AcquireOptions::new()).await.unwrap();
+    let c_id = c.id().0;
+    drop(c);
+    assert_eq!(cell.holders("drop-me-too").await, vec![(c_id, lock_c.token().0)], "the lock keeps its session");
+    let dropped = Instant::now();
+    drop(lock_c);
+    let lock_a = a.acquire("drop-me-too", AcquireOptions::new().wait(WAIT)).await.unwrap();
+    assert!(dropped.elapsed() < ttl, "granted after {:?}", dropped.elapsed());
+    lock_a.release().await.unwrap();
+    cell.shutdown().await;
+}

@@ -1,0 +1,248 @@
+//! The gateway's cached view of placement: which cell serves each shard at which
+//! epoch, the members of every cell, and every namespace's config. Kept fresh by the
+//! registry's ownership watch (list, then watch from the listed revision, so nothing
+//! falls between); refreshed for one shard on demand when a cell says the gateway's
+//! view is stale. Cells and namespaces, which the watch does not carry, are re-listed
+//! every few seconds.
+
+use crate::upstream::{CallError, Upstream, CALL_TIMEOUT};
+use holdfast_core::{NamespaceConfig, NamespaceName, ShardKey};
+use holdfast_proto::convert::{namespace_from, shard_key};
+use holdfast_proto::registry::v1 as rpb;
+use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+/// How often cells and namespaces are listed again.
+const RELIST: Duration = Duration::from_secs(3);
+/// Pause before the watch is opened again after it broke.
+const REWATCH: Duration = Duration::from_millis(500);
+
+/// Where one shard lives, as far as this gateway knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub region: String,
+    pub cell: String,
+    pub epoch: u32,
+    /// A planned move away is under way: new acquires get `MOVING`.
+    pub draining: bool,
+}
+
+#[derive(Debug, Default)]
+struct View {
+    shards: HashMap<ShardKey, Owner>,
+    cells: HashMap<String, Arc<Upstream>>,
+    namespaces: HashMap<NamespaceName, NamespaceConfig>,
+    /// The registry revision the shard view reflects.
+    revision: u64,
+    /// At least one full listing has succeeded.
+    ready: bool,
+}
+
+/// The cache, shared by every request handler.
+#[derive(Debug)]
+pub struct Placement {
+    registry: Arc<Upstream>,
+    view: RwLock<View>,
+}
+
+fn owner_from(o: &rpb::ShardOwner) -> Owner {
+    let draining = o.state == rpb::ShardState::Moving as i32 && o.planned;
+    Owner { region: o.region.clone(), cell: o.cell.clone(), epoch: o.epoch, draining }
+}
+
+impl Placement {
+    pub fn new(registry: Arc<Upstream>) -> Arc<Placement> {
+        Arc::new(Placement { registry, view: RwLock::new(View::default()) })
+    }
+
+    pub fn registry(&self) -> &Arc<Upstream> {
+        &self.registry
+    }
+
+    /// Has the gateway listed placement at least once? (`/readyz`)
+    pub fn ready(&self) -> bool {
+        self.view.read().expect("view lock").ready
+    }
+
+    pub fn owner(&self, key: &ShardKey) -> Option<Owner> {
+        self.view.read().expect("view lock").shards.get(key).cloned()
+    }
+
+    pub fn namespace(&self, ns: &NamespaceName) -> Option<NamespaceConfig> {
+        self.view.read().expect("view lock").namespaces.get(ns).cloned()
+    }
+
+    /// A namespace this gateway has not seen yet (created a moment ago): ask the
+    /// registry before calling it unknown.
+    pub async fn namespace_or_refresh(&self, ns: &NamespaceName) -> Option<NamespaceConfig> {
+        if let Some(c) = self.namespace(ns) {
+            return Some(c);
+        }
+        if let Err(e) = self.list_namespaces().await {
+            debug!(error = ?e, "listing namespaces failed");
+        }
+        self.namespace(ns)
+    }
+
+    pub fn cell(&self, cell: &str) -> Option<Arc<Upstream>> {
+        self.view.read().expect("view lock").cells.get(cell).cloned()
+    }
+
+    /// Asks the registry where `key` lives now (a cell said our view is stale).
+    pub async fn refresh_shard(&self, key: &ShardKey) -> Result<Owner, CallError> {
+        let req = rpb::GetOwnerRequest { ns: key.ns.to_string(), shard: key.shard.to_string() };
+        let r = self
+            .registry
+            .call(CALL_TIMEOUT, |ch| {
+                let req = req.clone();
+                async move { RegistryServiceClient::new(ch).get_owner(req).await }
+            })
+            .await?;
+        let o = r.owner.ok_or_else(|| CallError::Unreachable("the registry answered without an owner".into()))?;
+        let owner = owner_from(&o);
+        let known_cell = {
+            let mut v = self.view.write().expect("view lock");
+            v.shards.insert(key.clone(), owner.clone());
+            v.cells.contains_key(&owner.cell)
+        };
+        if !known_cell {
+            self.list_cells().await?;
+        }
+        Ok(owner)
+    }
+
+    async fn list_cells(&self) -> Result<(), CallError> {
+        let cells = self
+            .registry
+            .call(CALL_TIMEOUT, |ch| async move { RegistryServiceClient::new(ch).list_cells(rpb::ListCellsRequest { region: String::new() }).await })
+            .await?
+            .cells;
+        let mut v = self.view.write().expect("view lock");
+        for c in cells {
+            let members: Vec<String> = c.members.iter().map(|m| m.client_addr.clone()).collect();
+            match v.cells.get(&c.cell) {
+                Some(up) => up.set_members(members),
+                None => {
+                    v.cells.insert(c.cell.clone(), Arc::new(Upstream::new(members)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_namespaces(&self) -> Result<(), CallError> {
+        let configs = self
+            .registry
+            .call(CALL_TIMEOUT, |ch| async move { RegistryServiceClient::new(ch).list_namespaces(rpb::ListNamespacesRequest {}).await })
+            .await?
+            .configs;
+        let parsed: HashMap<NamespaceName, NamespaceConfig> =
+            configs.into_iter().filter_map(|c| namespace_from(c).ok()).map(|c| (c.name.clone(), c)).collect();
+        self.view.write().expect("view lock").namespaces = parsed;
+        Ok(())
+    }
+
+    /// Lists every shard; returns the revision the listing reflects.
+    async fn list_shards(&self) -> Result<u64, CallError> {
+        let r = self
+            .registry
+            .call(CALL_TIMEOUT, |ch| async move { RegistryServiceClient::new(ch).list_shards(rpb::ListShardsRequest::default()).await })
+            .await?;
+        let mut shards = HashMap::new();
+        for o in &r.shards {
+            if let Ok(key) = shard_key(o.ns.clone(), o.shard.clone()) {
+                shards.insert(key, owner_from(o));
+            }
+        }
+        let mut v = self.view.write().expect("view lock");
+        v.shards = shards;
+        v.revision = r.revision;
+        v.ready = true;
+        Ok(r.revision)
+    }
+
+    /// Keeps the view fresh until `shutdown`: list everything, then follow the
+    /// ownership watch from the listed revision; on any failure, pause and start over.
+    pub async fn follow(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let relister = {
+            let me = self.clone();
+            let mut stop = shutdown.clone();
+            tokio::spawn(async move {
+                loop {
+                    if let Err(e) = me.list_cells().await {
+                        debug!(error = ?e, "listing cells failed");
+                    }
+                    if let Err(e) = me.list_namespaces().await {
+                        debug!(error = ?e, "listing namespaces failed");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(RELIST) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                }
+            })
+        };
+        while !*shutdown.borrow() {
+            tokio::select! {
+                r = self.list_and_watch() => warn!(error = %r, "the ownership watch ended; listing again"),
+                _ = shutdown.wait_for(|s| *s) => break,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(REWATCH) => {}
+                _ = shutdown.wait_for(|s| *s) => break,
+            }
+        }
+        relister.abort();
+    }
+
+    /// Returns why it stopped.
+    async fn list_and_watch(&self) -> String {
+        if let Err(e) = self.list_cells().await {
+            return format!("listing cells: {e:?}");
+        }
+        if let Err(e) = self.list_namespaces().await {
+            return format!("listing namespaces: {e:?}");
+        }
+        let from = match self.list_shards().await {
+            Ok(r) => r,
+            Err(e) => return format!("listing shards: {e:?}"),
+        };
+        info!(revision = from, "placement listed; following the ownership watch");
+        let req = rpb::WatchOwnershipRequest { from_revision: from };
+        // The watch is a stream: open it on whichever member answers, then read it.
+        let stream = self
+            .registry
+            .call(CALL_TIMEOUT, |ch| {
+                let req = req.clone();
+                async move { RegistryServiceClient::new(ch).watch_ownership(req).await }
+            })
+            .await;
+        let mut stream = match stream {
+            Ok(s) => s,
+            Err(e) => return format!("opening the watch: {e:?}"),
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(ev)) => self.apply(&ev),
+                Ok(None) => return "the registry closed the watch".into(),
+                Err(s) => return format!("watch: {}", s.message()),
+            }
+        }
+    }
+
+    fn apply(&self, ev: &rpb::OwnershipEvent) {
+        let Ok(key) = shard_key(ev.ns.clone(), ev.shard.clone()) else { return };
+        let draining = ev.state == rpb::ShardState::Moving as i32 && ev.planned;
+        let owner = Owner { region: ev.region.clone(), cell: ev.cell.clone(), epoch: ev.epoch, draining };
+        let mut v = self.view.write().expect("view lock");
+        if ev.revision > v.revision {
+            v.revision = ev.revision;
+        }
+        debug!(shard = %key, cell = %owner.cell, epoch = owner.epoch, "ownership changed");
+        v.shards.insert(key, owner);
+    }
+}

@@ -1,0 +1,296 @@
+//! The gateway in front of real cells and a registry: both fronts, routing with a stale
+//! epoch, rate limits, and the two postures.
+
+mod common;
+
+use common::*;
+use holdfast_proto::lock::v1 as pb;
+use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
+use holdfast_proto::registry::v1 as rpb;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use tracing::info;
+
+fn shard(ns: &str) -> Option<pb::ShardRef> {
+    Some(pb::ShardRef { ns: ns.into(), shard: "default".into(), epoch: 0 })
+}
+
+fn acquire_req(ns: &str, session: u64, name: &str, rid: &str) -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        shard: shard(ns),
+        name: name.into(),
+        session_id: session,
+        mode: pb::Mode::Exclusive as i32,
+        wait_timeout_ms: 0,
+        request_id: rid.into(),
+        value: b"via-gateway".to_vec(),
+    }
+}
+
+async fn session(c: &LockServiceClient<tonic::transport::Channel>, ns: &str) -> u64 {
+    retry("create session", || {
+        let mut c = c.clone();
+        let req = pb::CreateSessionRequest { shard: shard(ns), ttl_ms: 10_000, client_label: "gw-test".into() };
+        async move { c.create_session(req).await }
+    })
+    .await
+    .into_inner()
+    .session_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_front_acquires_renews_and_releases() {
+    let _g = serial();
+    let w = World::start(false).await;
+    w.namespace("pay", pb::Posture::FailClosed, 0).await;
+    let c = LockServiceClient::new(w.gateway_channel().await);
+
+    info!("--- session, acquire, a renewal stream naming its shard, release");
+    let s = session(&c, "pay").await;
+    let t1 = retry("acquire", || {
+        let mut c = c.clone();
+        async move { c.acquire(acquire_req("pay", s, "settle", "r-1")).await }
+    })
+    .await
+    .into_inner();
+    assert!(!t1.unfenced && t1.token > 0);
+    let renewals = vec![pb::KeepAliveRequest { session_id: s, shard: shard("pay") }];
+    let mut stream = c.clone().keep_alive(tokio_stream::iter(renewals)).await.unwrap().into_inner();
+    assert_eq!(stream.message().await.unwrap().unwrap().ttl_remaining_ms, 10_000);
+    c.clone().release(pb::ReleaseRequest { shard: shard("pay"), name: "settle".into(), token: t1.token }).await.unwrap();
+    let t2 = c.clone().acquire(acquire_req("pay", s, "settle", "r-2")).await.unwrap().into_inner();
+    assert!(t2.token > t1.token);
+
+    info!("--- bad input gets its code through the gateway");
+    let e = c.clone().acquire(acquire_req("nope", s, "settle", "r-3")).await.unwrap_err();
+    assert_eq!(code(&e), "UNKNOWN_NAMESPACE");
+    let e = c.clone().acquire(acquire_req("pay", s, &"n".repeat(20 * 1024), "r-4")).await.unwrap_err();
+    assert_eq!(code(&e), "INVALID_ARGUMENT");
+    let e = c.clone().keep_alive(tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: s, shard: None }])).await.unwrap_err();
+    assert_eq!(code(&e), "INVALID_ARGUMENT", "a gateway needs the shard of a renewal stream");
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_front_with_a_real_http_client() {
+    let _g = serial();
+    let w = World::start(false).await;
+    let http = reqwest::Client::new();
+
+    info!("--- create a namespace over HTTP, then place its shard");
+    let r = http
+        .post(w.http("/v1/namespaces"))
+        .json(&json!({ "name": "web", "owner": "team-web", "lock_delay_ms": 0 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    let mut reg = w.registry_client().await;
+    reg.place_shard(rpb::PlaceShardRequest { ns: "web".into(), shard: "default".into(), cell: "a".into() }).await.unwrap();
+    let ns: Value = http.get(w.http("/v1/namespaces/web")).send().await.unwrap().json().await.unwrap();
+    assert_eq!((ns["owner"].as_str(), ns["version"].as_u64()), (Some("team-web"), Some(1)));
+
+    info!("--- session and acquire (retried while the cell adopts the shard)");
+    let deadline = Instant::now() + WAIT;
+    let session = loop {
+        let r = http.post(w.http("/v1/sessions")).json(&json!({ "ns": "web", "ttl_ms": 10_000 })).send().await.unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        if status == 200 {
+            break body["session"].as_str().unwrap().to_owned();
+        }
+        assert!(status == 503 && Instant::now() < deadline, "{status}: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let r = http
+        .post(w.http("/v1/locks/web/default/leader/acquire"))
+        .json(&json!({ "session": session, "request_id": "h-1", "value": "10.0.0.7:8080" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let grant: Value = r.json().await.unwrap();
+    let token = grant["token"].as_str().expect("tokens are JSON strings").to_owned();
+    assert_eq!(grant["unfenced"], json!(false));
+
+    info!("--- keepalive, describe, check, release, check again");
+    let ka: Value = http.post(w.http(&format!("/v1/sessions/{session}/keepalive"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(ka["ttl_remaining_ms"], json!(10_000));
+    let d: Value = http.get(w.http("/v1/locks/web/default/leader")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(d["holders"][0]["token"].as_str(), Some(token.as_str()));
+    assert_eq!(d["holders"][0]["value"].as_str(), Some("10.0.0.7:8080"));
+    let check: Value = http.post(w.http("/v1/locks/web/default/leader/check")).json(&json!({ "token": token })).send().await.unwrap().json().await.unwrap();
+    assert_eq!(check["current"], json!(true));
+    let r = http.post(w.http("/v1/locks/web/default/leader/release")).json(&json!({ "token": token })).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let check: Value = http.post(w.http("/v1/locks/web/default/leader/check")).json(&json!({ "token": token })).send().await.unwrap().json().await.unwrap();
+    assert_eq!(check["current"], json!(false));
+    let owner: Value = http.get(w.http("/v1/shards/web/default/owner")).send().await.unwrap().json().await.unwrap();
+    assert_eq!((owner["cell"].as_str(), owner["epoch"].as_u64()), (Some("a"), Some(1)));
+
+    info!("--- errors are JSON with the stable code and the right status");
+    let r = http.post(w.http("/v1/locks/nope/default/x/acquire")).json(&json!({ "session": session, "request_id": "x" })).send().await.unwrap();
+    assert_eq!(r.status(), 400, "a session of another shard is a bad request");
+    let r = http
+        .post(w.http("/v1/sessions"))
+        .json(&json!({ "ns": "nope", "ttl_ms": 10_000 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["code"], json!("UNKNOWN_NAMESPACE"));
+    assert!(e["message"].as_str().unwrap().contains("nope"));
+    let r = http.post(w.http("/v1/sessions")).json(&json!({ "ns": "web", "ttl_ms": 10 })).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = http.post(w.http("/v1/sessions")).body("{not json").header("content-type", "application/json").send().await.unwrap();
+    assert!(r.status().is_client_error());
+
+    info!("--- /metrics, /healthz, /readyz on the same port");
+    assert_eq!(http.get(w.http("/healthz")).send().await.unwrap().status(), 200);
+    // Ready once placement has been listed (it may still be retrying right after start).
+    let deadline = Instant::now() + WAIT;
+    while http.get(w.http("/readyz")).send().await.unwrap().status() != 200 {
+        assert!(Instant::now() < deadline, "the gateway never became ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = http.get(w.http("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("# TYPE lock_acquire_latency_seconds histogram"), "{metrics}");
+    if let Some(promtool) = promtool() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("metrics.txt");
+        std::fs::write(&f, &metrics).unwrap();
+        let out = std::process::Command::new(promtool).args(["check", "metrics"]).stdin(std::fs::File::open(&f).unwrap()).output().unwrap();
+        assert!(out.status.success(), "promtool: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    } else {
+        assert!(std::env::var("HOLDFAST_REQUIRE_PROMTOOL").is_err(), "promtool is required (scripts/setup.sh installs it)");
+    }
+    w.shutdown().await;
+}
+
+/// Debian's promtool, as scripts/setup.sh installs it.
+fn promtool() -> Option<String> {
+    ["promtool", "/usr/local/bin/promtool", "/opt/prometheus/usr/bin/promtool"]
+        .into_iter()
+        .find(|p| std::process::Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_routed_with_a_stale_epoch_is_refused_and_retried_at_the_new_owner() {
+    let _g = serial();
+    let w = World::start(true).await;
+    w.namespace("pay", pb::Posture::FailClosed, 0).await;
+    let c = LockServiceClient::new(w.gateway_channel().await);
+    let s = session(&c, "pay").await;
+    retry("acquire at a", || {
+        let mut c = c.clone();
+        async move { c.acquire(acquire_req("pay", s, "x", "x-1")).await }
+    })
+    .await;
+
+    info!("--- the gateway loses the registry; the shard moves a -> b meanwhile");
+    w.cut_gateway_from_registry(true);
+    let mut reg = w.registry_client().await;
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let o = reg.get_owner(rpb::GetOwnerRequest { ns: "pay".into(), shard: "default".into() }).await.unwrap().into_inner().owner.unwrap();
+        if o.cell == "b" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the move did not complete");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Cell a has dropped the shard from its own lease (its next renewal after the
+    // move): from now on it answers NOT_OWNER, the stale answer the gateway must handle.
+    let a_leader = w.cells["a"].iter().find(|n| n.leads()).map(|n| n.client_addr()).expect("cell a has a leader");
+    let mut direct_a = LockServiceClient::new(tonic::transport::Channel::from_shared(format!("http://{a_leader}")).unwrap().connect().await.unwrap());
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let req = pb::CreateSessionRequest { shard: shard("pay"), ttl_ms: 10_000, client_label: String::new() };
+        match direct_a.create_session(req).await {
+            Err(e) if code(&e) == "NOT_OWNER" => break,
+            other => assert!(Instant::now() < deadline, "cell a kept answering {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stale_before = stale_routes();
+
+    info!("--- the link heals; the first call goes to a at epoch 1, is refused, and is retried at b");
+    w.cut_gateway_from_registry(false);
+    let s2 = session(&c, "pay").await;
+    let t = retry("acquire after the move", || {
+        let mut c = c.clone();
+        async move { c.acquire(acquire_req("pay", s2, "y", "y-1")).await }
+    })
+    .await
+    .into_inner();
+    assert_eq!(t.epoch, 2, "granted at b, epoch 2");
+    assert!(stale_routes() > stale_before, "the stale route was not taken (the cache was already fresh)");
+    w.shutdown().await;
+}
+
+/// The process-wide count of stale routes (the gateway runs in this process).
+fn stale_routes() -> u64 {
+    let text = holdfast_telemetry::install().render();
+    text.lines()
+        .filter(|l| l.starts_with("holdfast_gateway_stale_routes_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_answers_rate_limited_and_spares_other_namespaces() {
+    let _g = serial();
+    let w = World::start(false).await;
+    w.namespace("busy", pb::Posture::FailClosed, 5).await;
+    w.namespace("calm", pb::Posture::FailClosed, 0).await;
+    let c = LockServiceClient::new(w.gateway_channel().await);
+    let busy = session(&c, "busy").await;
+    let calm = session(&c, "calm").await;
+    retry("first acquire", || {
+        let mut c = c.clone();
+        async move { c.acquire(acquire_req("calm", calm, "warm", "w")).await }
+    })
+    .await;
+
+    info!("--- 30 acquires at once in a namespace limited to 5/s");
+    let mut limited = 0;
+    for i in 0..30 {
+        match c.clone().acquire(acquire_req("busy", busy, &format!("k{i}"), &format!("b{i}"))).await {
+            Err(e) if code(&e) == "RATE_LIMITED" => limited += 1,
+            Err(e) => assert!(["MOVING", "UNAVAILABLE"].contains(&code(&e).as_str()), "{e:?}"),
+            Ok(_) => {}
+        }
+    }
+    assert!(limited >= 20, "only {limited} of 30 were limited");
+
+    info!("--- the other namespace is not slowed");
+    for i in 0..10 {
+        c.clone().acquire(acquire_req("calm", calm, &format!("c{i}"), &format!("c{i}"))).await.unwrap();
+    }
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_cell_fail_closed_refuses_and_fail_open_grants_unfenced() {
+    let _g = serial();
+    let mut w = World::start(false).await;
+    w.namespace("strict", pb::Posture::FailClosed, 0).await;
+    w.namespace("lenient", pb::Posture::FailOpen, 0).await;
+    let c = LockServiceClient::new(w.gateway_channel().await);
+    let s_strict = session(&c, "strict").await;
+    let s_lenient = session(&c, "lenient").await;
+
+    info!("--- the cell goes down");
+    w.stop_cell("a").await;
+
+    let e = c.clone().acquire(acquire_req("strict", s_strict, "job", "j-1")).await.unwrap_err();
+    assert_eq!(code(&e), "UNAVAILABLE", "{e:?}");
+    assert!(e.message().contains("fail-closed"), "{}", e.message());
+    let g = c.clone().acquire(acquire_req("lenient", s_lenient, "job", "j-1")).await.unwrap().into_inner();
+    assert!(g.unfenced, "a fail-open namespace gets an explicit unfenced grant");
+    assert_eq!(g.token, 0, "an unfenced grant carries no token to fence with");
+    w.shutdown().await;
+}
