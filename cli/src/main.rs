@@ -1,8 +1,12 @@
-//! The `holdfast` binary: server roles (`holdfast cell run`) and operator commands
-//! against a cell (`holdfast cell init`, `ns apply`, `shard adopt`, `lock ...`).
+//! The `holdfast` binary: server roles (`holdfast cell run`, `registry run`, `gateway
+//! run`), the local playground (`holdfast dev`) and operator commands against a cell
+//! (`holdfast cell init`, `ns apply`, `shard adopt`, `lock ...`).
 //! Commands talk gRPC; a `NOT_LEADER` answer is followed once to the hinted leader.
 
 mod client;
+mod dev;
+mod gateway_cmd;
+mod registry_cmd;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +24,16 @@ enum Cmd {
     /// Run or administer a cell node.
     #[command(subcommand)]
     Cell(serve::CellCmd),
+    /// Run a registry node.
+    #[command(subcommand)]
+    Registry(registry_cmd::RegistryCmd),
+    /// Run a region's gateway.
+    #[command(subcommand)]
+    Gateway(gateway_cmd::GatewayCmd),
+    /// A local multi-region playground: one process per node, until Ctrl-C.
+    ///
+    /// Example: holdfast dev --data-dir /tmp/hf --base-port 7000
+    Dev(dev::DevArgs),
     /// Namespaces (tenants).
     #[command(subcommand)]
     Ns(client::NsCmd),
@@ -47,6 +61,9 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.cmd {
             Cmd::Cell(c) => serve::run(c).await,
+            Cmd::Registry(c) => registry_cmd::run(c).await,
+            Cmd::Gateway(c) => gateway_cmd::run(c).await,
+            Cmd::Dev(a) => dev::run(a).await,
             Cmd::Ns(c) => client::ns(c).await,
             Cmd::Shard(c) => client::shard(c).await,
             Cmd::Lock(c) => client::lock(c).await,

@@ -96,18 +96,24 @@ async fn run_node(a: RunArgs) -> Result<(), String> {
     let server = CellServer::start(&cfg).await.map_err(|e| format!("cannot start the node: {e}"))?;
     println!("cell {} node {} up: raft {} client {}", cfg.cell, cfg.node_id, server.raft_addr(), server.client_addr());
     wait_for_signal().await;
+    second_signal_exits();
+    server.shutdown().await;
+    Ok(())
+}
+
+/// After the first signal: a second one exits at once, for an operator who will not
+/// wait out a shutdown deadline.
+pub(crate) fn second_signal_exits() {
     info!("shutting down (a second signal exits at once)");
     tokio::spawn(async {
         wait_for_signal().await;
         warn!("second signal: exiting now");
         std::process::exit(130);
     });
-    server.shutdown().await;
-    Ok(())
 }
 
 /// SIGINT or SIGTERM, whichever comes first (FIELD-NOTES: SIGTERM must be handled).
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
     tokio::select! {
@@ -116,7 +122,7 @@ async fn wait_for_signal() {
     }
 }
 
-async fn admin(endpoint: &str) -> Result<RaftAdminClient<tonic::transport::Channel>, String> {
+pub(crate) async fn admin(endpoint: &str) -> Result<RaftAdminClient<tonic::transport::Channel>, String> {
     let ch = tonic::transport::Channel::from_shared(format!("http://{endpoint}"))
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(3))

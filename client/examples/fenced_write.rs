@@ -1,7 +1,7 @@
 //! Take a lock and write through the fencing helper, the way a worker should.
 //!
-//! Needs a running cell serving the namespace (`scripts/run.sh` starts one on
-//! 127.0.0.1:7001-7003 with namespace `payments`):
+//! Needs the playground running (`scripts/run.sh`); it talks to the east gateway's gRPC
+//! port 127.0.0.1:7000 and namespace `demo`:
 //!
 //! ```text
 //! cargo run --example fenced_write            # HOLDFAST_ENDPOINTS, HOLDFAST_NS to override
@@ -17,8 +17,8 @@ use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let endpoints = std::env::var("HOLDFAST_ENDPOINTS").unwrap_or_else(|_| "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003".into());
-    let ns = std::env::var("HOLDFAST_NS").unwrap_or_else(|_| "payments".into());
+    let endpoints = std::env::var("HOLDFAST_ENDPOINTS").unwrap_or_else(|_| "127.0.0.1:7000".into());
+    let ns = std::env::var("HOLDFAST_NS").unwrap_or_else(|_| "demo".into());
     let endpoints: Vec<&str> = endpoints.split(',').collect();
 
     // The resource: in a real service, a RocksFence or a SQL table with a fence column.

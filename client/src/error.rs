@@ -20,6 +20,9 @@ pub enum LossReason {
     Expired,
     /// The cell refused a renewal with a code that no retry can change.
     Refused(ErrorCode),
+    /// The session's shard left its cell (a transfer): its locks ended with `MOVED`.
+    /// A [`crate::SessionKeeper`] creates a new session in the shard's new cell.
+    Moved,
     /// The caller closed the session ([`crate::Session::close`]).
     Closed,
 }
@@ -39,6 +42,7 @@ impl fmt::Display for LossReason {
             LossReason::NoProgress => f.write_str("the worker stopped reporting progress"),
             LossReason::Expired => f.write_str("the cell expired the session"),
             LossReason::Refused(c) => write!(f, "the cell refused a renewal: {c}"),
+            LossReason::Moved => f.write_str("the session's shard moved to another cell"),
             LossReason::Closed => f.write_str("closed by the caller"),
         }
     }

@@ -49,7 +49,7 @@ pub use client::{Client, ClientConfig};
 pub use error::{Error, LossReason};
 pub use lock::Lock;
 pub use retry::RetryPolicy;
-pub use session::{AcquireOptions, Session, SessionOptions};
+pub use session::{AcquireOptions, Session, SessionKeeper, SessionOptions};
 
 pub use holdfast_core::{ErrorCode, FencingToken, LockName, Mode, SessionId, ShardKey};
 pub use tokio_util::sync::CancellationToken;

@@ -136,6 +136,9 @@ pub(crate) struct Shared {
     pub(crate) client: Client,
     pub(crate) shard: ShardKey,
     pub(crate) id: SessionId,
+    /// The shard's epoch where the session was created: renewals carry it, so a
+    /// renewal that reaches the shard's next owner is told NOT_OWNER (moved).
+    epoch: u32,
     ttl: Duration,
     progress_timeout: Option<Duration>,
     lost: CancellationToken,
@@ -248,7 +251,7 @@ impl Shared {
 
     /// Closes the session at the cell. Its locks are released.
     async fn close_at_cell(&self, budget: Duration) -> Result<(), Error> {
-        let req = pb::CloseSessionRequest { session_id: self.id.0, shard: None };
+        let req = pb::CloseSessionRequest { session_id: self.id.0, shard: Some(shard_ref(&self.shard)) };
         let timeout = self.client.config().request_timeout;
         let r = self
             .client
@@ -298,6 +301,7 @@ impl Session {
             client,
             shard,
             id: SessionId(resp.session_id),
+            epoch: resp.epoch,
             ttl,
             progress_timeout: opts.progress_timeout,
             lost: CancellationToken::new(),
@@ -425,6 +429,12 @@ impl Session {
         let resp = match answer {
             Ok((resp, _)) => resp,
             Err(None) => return Err(shared.lost_error()),
+            Err(Some(e)) if e.code() == Some(ErrorCode::NotOwner) => {
+                // The shard left the session's cell: this session can never hold a
+                // lock again.
+                shared.signal_lost(LossReason::Moved);
+                return Err(e);
+            }
             Err(Some(e)) => return Err(e),
         };
         if resp.unfenced {
@@ -470,8 +480,9 @@ async fn renew_loop(s: Arc<Shared>, stop: CancellationToken, created: Instant) {
     let mut hops = 0;
     let mut next = created + period;
     let ns = s.shard.ns.as_str().to_owned();
-    // The shard lets a gateway route the stream; a cell ignores it.
-    let renewal = pb::KeepAliveRequest { session_id: s.id.0, shard: Some(shard_ref(&s.shard)) };
+    // The shard lets a gateway route the stream; its epoch lets the shard's next
+    // owner say the session was left behind by a move.
+    let renewal = pb::KeepAliveRequest { session_id: s.id.0, shard: Some(pb::ShardRef { epoch: s.epoch, ..shard_ref(&s.shard) }) };
     let mut keepalive = move |mut svc: LockServiceClient<Channel>| {
         let renewal = renewal.clone();
         async move {
@@ -533,6 +544,11 @@ async fn renew_loop(s: Arc<Shared>, stop: CancellationToken, created: Instant) {
                         s.signal_lost(LossReason::Expired);
                         return;
                     }
+                    // The cell no longer serves the session's shard: it moved.
+                    Some(ErrorCode::NotOwner) => {
+                        s.signal_lost(LossReason::Moved);
+                        return;
+                    }
                     Some(code) if !code.is_retryable() => {
                         s.signal_lost(LossReason::Refused(code));
                         return;
@@ -558,5 +574,69 @@ async fn renew_loop(s: Arc<Shared>, stop: CancellationToken, created: Instant) {
         if let Err(e) = s.close_at_cell(cfg.request_timeout).await {
             warn!(session = %s.id, error = %e, "closing a dropped session failed; it will expire after its TTL");
         }
+    }
+}
+
+/// A session that re-creates itself after its shard moves (DESIGN "Ownership"): when
+/// the session is lost with [`LossReason::Moved`], the keeper creates a new one with
+/// the same options (through a gateway, it lands in the shard's new cell) and publishes
+/// it. Locks never carry over: they ended with `MOVED` and must be acquired again. Any
+/// other loss ends the keeper: an expired session's worker must stop, and whether to
+/// start again is the caller's decision.
+#[derive(Debug)]
+pub struct SessionKeeper {
+    current: tokio::sync::watch::Receiver<Option<Session>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SessionKeeper {
+    /// Creates the first session, then keeps one.
+    pub async fn start(client: Client, opts: SessionOptions) -> Result<SessionKeeper, Error> {
+        let first = Session::create(client.clone(), opts.clone()).await?;
+        let (tx, current) = tokio::sync::watch::channel(Some(first.clone()));
+        let task = tokio::spawn(async move {
+            let mut session = first;
+            loop {
+                let reason = session.lost().await;
+                if reason != LossReason::Moved {
+                    let _ = tx.send(None);
+                    return;
+                }
+                info!(old = %session.id(), shard = %session.shard(), "session's shard moved; creating a new session");
+                let mut backoff = crate::retry::Backoff::new(client.config().retry);
+                session = loop {
+                    match Session::create(client.clone(), opts.clone()).await {
+                        Ok(s) => break s,
+                        Err(e) if e.is_retryable() => tokio::time::sleep(backoff.next_delay()).await,
+                        Err(e) => {
+                            warn!(error = %e, "could not create a session after the move; the keeper stops");
+                            let _ = tx.send(None);
+                            return;
+                        }
+                    }
+                };
+                if tx.send(Some(session.clone())).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(SessionKeeper { current, task })
+    }
+
+    /// The live session, or `None` once the keeper stopped.
+    pub fn current(&self) -> Option<Session> {
+        self.current.borrow().clone()
+    }
+
+    /// Waits until the keeper publishes a different session (or stops).
+    pub async fn changed(&mut self) -> Option<Session> {
+        let _ = self.current.changed().await;
+        self.current()
+    }
+}
+
+impl Drop for SessionKeeper {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

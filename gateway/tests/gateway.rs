@@ -294,3 +294,73 @@ async fn unreachable_cell_fail_closed_refuses_and_fail_open_grants_unfenced() {
     assert_eq!(g.token, 0, "an unfenced grant carries no token to fence with");
     w.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_works_through_the_gateway() {
+    let _g = serial();
+    let w = World::start(false).await;
+    w.namespace("pay", pb::Posture::FailClosed, 0).await;
+    let gateway = w.gateway.grpc_addr().to_string();
+    let client = holdfast_client::Client::connect(&[gateway]).await.unwrap();
+
+    info!("--- a session renewed through the gateway outlives its TTL");
+    let ttl = Duration::from_secs(3);
+    let deadline = Instant::now() + WAIT;
+    let session = loop {
+        match client.create_session(holdfast_client::SessionOptions::new("pay", "default", ttl)).await {
+            Ok(s) => break s,
+            Err(e) => assert!(e.is_retryable() && Instant::now() < deadline, "{e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let lock = session.acquire("settle", holdfast_client::AcquireOptions::new().wait(Duration::from_secs(5))).await.unwrap();
+    let first = lock.token();
+    tokio::time::sleep(ttl * 2).await;
+    assert!(!session.is_lost(), "renewals through the gateway kept the session: {:?}", session.loss_reason());
+
+    info!("--- the cell still shows the holder; release and re-acquire gets a larger token");
+    let c = LockServiceClient::new(w.gateway_channel().await);
+    let d = c.clone().describe(pb::DescribeRequest { shard: shard("pay"), name: "settle".into() }).await.unwrap().into_inner();
+    assert_eq!(d.holders.iter().map(|h| h.token).collect::<Vec<_>>(), vec![first.0]);
+    lock.release().await.unwrap();
+    let again = session.acquire("settle", holdfast_client::AcquireOptions::new()).await.unwrap();
+    assert!(again.token() > first);
+    session.close().await.unwrap();
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_session_recreates_itself_after_its_shard_moves() {
+    let _g = serial();
+    let w = World::start(true).await;
+    w.namespace("pay", pb::Posture::FailClosed, 0).await;
+    let client = holdfast_client::Client::connect(&[w.gateway.grpc_addr().to_string()]).await.unwrap();
+    let opts = holdfast_client::SessionOptions::new("pay", "default", Duration::from_secs(6));
+    let deadline = Instant::now() + WAIT;
+    let mut keeper = loop {
+        match holdfast_client::SessionKeeper::start(client.clone(), opts.clone()).await {
+            Ok(k) => break k,
+            Err(e) => assert!(e.is_retryable() && Instant::now() < deadline, "{e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let first = keeper.current().unwrap();
+    let lock = first.acquire("x", holdfast_client::AcquireOptions::new().wait(Duration::from_secs(5))).await.unwrap();
+    let t1 = lock.token();
+
+    info!("--- the shard moves to cell b");
+    let mut reg = w.registry_client().await;
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+
+    info!("--- the lock and its session report MOVED; the keeper publishes a new session");
+    let reason = tokio::time::timeout(WAIT, lock.lost()).await.expect("the move was never reported");
+    assert_eq!(reason, holdfast_client::LossReason::Moved);
+    let second = tokio::time::timeout(WAIT, keeper.changed()).await.expect("no new session").expect("the keeper stopped");
+    assert_ne!(second.id(), first.id());
+
+    info!("--- the new session takes the lock at b, with a larger token");
+    let again = second.acquire("x", holdfast_client::AcquireOptions::new().wait(Duration::from_secs(5))).await.unwrap();
+    assert!(again.token() > t1);
+    assert_eq!(again.token().epoch().0, 2);
+    w.shutdown().await;
+}

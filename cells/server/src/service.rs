@@ -48,6 +48,26 @@ impl LockApi {
 
     /// One renewal under the session rules. `Ok(remaining)` or the status that ends
     /// the KeepAlive stream.
+    /// `NOT_OWNER` for a renewal whose session's shard has moved on: the session lives
+    /// here but its shard was sealed (it left this cell), or the session is unknown here
+    /// and the client names an older epoch of a shard this cell now serves (the renewal
+    /// was routed to the shard's new owner). Its client re-creates the session.
+    fn moved_on(&self, session: SessionId, shard: Option<pb::ShardRef>) -> Option<Status> {
+        let named = shard.filter(|s| s.epoch != 0).and_then(|s| Some((holdfast_proto::convert::shard_key(s.ns, s.shard).ok()?, s.epoch)));
+        let why = self.cell.group.state().read(|m| {
+            let st = m.state();
+            match st.session(session) {
+                Some(v) => st.served_epoch(&v.home).is_none().then(|| format!("shard {} of session {session} left this cell", v.home)),
+                None => {
+                    let (key, epoch) = named?;
+                    let now = st.served_epoch(&key)?;
+                    (now.0 != epoch).then(|| format!("shard {key} moved on from epoch {epoch} (now {}); session {session} stayed behind", now.0))
+                }
+            }
+        })?;
+        Some(status(ErrorCode::NotOwner, format!("{why}; create a new session"), None))
+    }
+
     async fn renew(&self, session: SessionId) -> Result<u64, Status> {
         for _ in 0..3 {
             let leader = self.cell.lease_check().await?;
@@ -94,7 +114,8 @@ impl LockService for LockApi {
             match self.cell.propose(leader, cmd).await? {
                 Ok(Outcome::SessionCreated { session, ttl_ms }) => {
                     info!(session = %session, shard = %shard, ttl_ms, "session created");
-                    return Ok(Response::new(pb::CreateSessionResponse { session_id: session.0, ttl_remaining_ms: ttl_ms }));
+                    let epoch = self.cell.group.state().read(|m| m.state().served_epoch(&shard)).map_or(0, |e| e.0);
+                    return Ok(Response::new(pb::CreateSessionResponse { session_id: session.0, ttl_remaining_ms: ttl_ms, epoch }));
                 }
                 Err(CellError::SessionIdInUse(_)) => continue,
                 Err(e) => return Err(cell_status(&e)),
@@ -114,7 +135,11 @@ impl LockService for LockApi {
             while let Some(msg) = inbound.next().await {
                 let Ok(msg) = msg else { break };
                 let session = SessionId(msg.session_id);
-                let reply = api.renew(session).await.map(|ttl| pb::KeepAliveResponse { session_id: session.0, ttl_remaining_ms: ttl });
+                let reply = match api.moved_on(session, msg.shard) {
+                    Some(status) => Err(status),
+                    None => api.renew(session).await,
+                };
+                let reply = reply.map(|ttl| pb::KeepAliveResponse { session_id: session.0, ttl_remaining_ms: ttl });
                 let end = reply.is_err();
                 if tx.send(reply).await.is_err() || end {
                     break;

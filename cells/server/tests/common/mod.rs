@@ -148,7 +148,16 @@ impl TestCell {
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
         for id in &ids {
             self.stop_node(*id).await;
-            std::fs::remove_dir_all(self.root.path().join(format!("node-{id}"))).unwrap();
+            // A node past its shutdown deadline may still be closing RocksDB: retry.
+            let dir = self.root.path().join(format!("node-{id}"));
+            let deadline = Instant::now() + WAIT;
+            while let Err(e) = std::fs::remove_dir_all(&dir) {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cannot remove {}: {e}", dir.display());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
         for id in &ids {
             self.start_node(*id).await;

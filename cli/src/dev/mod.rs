@@ -1,0 +1,267 @@
+//! `holdfast dev`: a local multi-region deployment on loopback, one OS process per
+//! node — a registry voter per region, a 3-node cell per region, a gateway per region —
+//! supervised until Ctrl-C or SIGTERM. See docs/playground.md.
+//!
+//! What lives where: [`layout`] derives names, ids, ports and directories; [`supervisor`]
+//! runs and stops the processes; [`bootstrap`] forms the groups, writes the registry's
+//! records on a first start and waits for readiness.
+
+mod bootstrap;
+mod layout;
+mod supervisor;
+
+use crate::serve::admin;
+use bootstrap::{DEMO_NS, DEMO_SHARD};
+use clap::Args;
+use holdfast_proto::raft::v1 as rpb;
+use layout::{Layout, NodeSpec, Settings};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use supervisor::{Supervisor, Tier};
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::{info, warn};
+
+/// Per tier (gateways, cells, registry, one after the other): a node's own clean stop
+/// takes at most its 5 s shutdown deadline.
+const STOP_DEADLINE: Duration = Duration::from_secs(8);
+const SETTINGS_VERSION: u32 = 1;
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Where RocksDB, logs and endpoints.json live. Default: a fresh directory under
+    /// the system temp dir (printed). Start again on the same directory to get the
+    /// same deployment back, locks and ownership included.
+    #[arg(long, env = "HOLDFAST_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// First port of the fixed port range (20 ports per region). Default 7000, or what
+    /// the data directory was created with.
+    #[arg(long)]
+    base_port: Option<u16>,
+    /// Number of regions (east, west, south, north, central). Default 3, or what the
+    /// data directory was created with.
+    #[arg(long)]
+    regions: Option<usize>,
+    /// Start, take a lock through a gateway, print its token, stop everything, exit.
+    #[arg(long)]
+    once: bool,
+}
+
+pub async fn run(a: DevArgs) -> Result<(), String> {
+    // Installed first: a SIGTERM during start-up must stop the children too.
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+
+    let data_dir = match a.data_dir {
+        Some(d) => d,
+        None => {
+            // Refuse bad flags before leaving a directory behind.
+            defaults(a.base_port, a.regions).validate()?;
+            fresh_dir()?
+        }
+    };
+    std::fs::create_dir_all(&data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    let data_dir = data_dir.canonicalize().map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    let settings = settings(&data_dir, a.base_port, a.regions)?;
+    let layout = Layout::new(&data_dir, settings)?;
+    // Stale pids are dangerous to a drill (a pid may be reused): endpoints.json exists
+    // only while this deployment is up and ready.
+    let _ = std::fs::remove_file(layout.endpoints_file());
+    settings.write(&data_dir)?;
+    println!("holdfast dev: {} regions, data in {}", layout.regions.len(), data_dir.display());
+
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let mut sup = Supervisor::new(exe, &layout.logs_dir())?;
+    // `None`: a signal came first; stopping then is what was asked for.
+    let started = tokio::select! {
+        r = start(&mut sup, &layout, settings) => Some(r),
+        _ = term.recv() => None,
+        _ = int.recv() => None,
+    };
+    let outcome = match started {
+        None => Ok(()),
+        Some(Err(e)) => Err(e),
+        Some(Ok(())) if a.once => tokio::select! {
+            r = once(&sup, &layout) => r,
+            _ = term.recv() => Ok(()),
+            _ = int.recv() => Ok(()),
+        },
+        Some(Ok(())) => {
+            println!("Ctrl-C (or SIGTERM) stops everything.");
+            loop {
+                tokio::select! {
+                    _ = term.recv() => break,
+                    _ = int.recv() => break,
+                    e = sup.next_exit() => {
+                        // A drill may have killed it on purpose; endpoints.json has its argv.
+                        warn!(name = %e.name, status = %e.status, "process exited; not restarted");
+                    }
+                }
+            }
+            Ok(())
+        }
+    };
+    println!("stopping {} processes", sup.procs().len());
+    let killed = sup.stop_all(STOP_DEADLINE).await;
+    let _ = std::fs::remove_file(layout.endpoints_file());
+    if !killed.is_empty() {
+        eprintln!("holdfast dev: killed after the deadline: {}", killed.join(", "));
+    }
+    println!("stopped; data kept in {}", data_dir.display());
+    outcome
+}
+
+fn fresh_dir() -> Result<PathBuf, String> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let d = std::env::temp_dir().join(format!("holdfast-dev-{secs}-{}", std::process::id()));
+    std::fs::create_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    Ok(d)
+}
+
+/// The settings a data directory was created with; flags that contradict them are an
+/// error (Raft members are known by their addresses).
+fn settings(data_dir: &Path, base_port: Option<u16>, regions: Option<usize>) -> Result<Settings, String> {
+    match Settings::read(data_dir)? {
+        Some(s) => {
+            if base_port.is_some_and(|p| p != s.base_port) || regions.is_some_and(|r| r != s.regions) {
+                return Err(format!(
+                    "{} was created with --base-port {} --regions {}: start it with those (or use a new --data-dir)",
+                    data_dir.display(),
+                    s.base_port,
+                    s.regions
+                ));
+            }
+            Ok(s)
+        }
+        None => Ok(defaults(base_port, regions)),
+    }
+}
+
+fn defaults(base_port: Option<u16>, regions: Option<usize>) -> Settings {
+    Settings { version: SETTINGS_VERSION, base_port: base_port.unwrap_or(7000), regions: regions.unwrap_or(3), initialized: false }
+}
+
+async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings) -> Result<(), String> {
+    let all_registry = layout.registry_endpoints(None);
+    for r in &layout.regions {
+        let n = &r.registry;
+        let mut args = strings(&["registry", "run", "--region", &r.name]);
+        args.extend(node_args(n));
+        sup.spawn(&n.name, Tier::Registry, args)?;
+    }
+    for r in &layout.regions {
+        for n in &r.cell.nodes {
+            let mut args = strings(&["cell", "run", "--cell", &r.cell.name, "--region", &r.name, "--registry", &all_registry]);
+            args.extend(node_args(n));
+            sup.spawn(&n.name, Tier::Cell, args)?;
+        }
+    }
+    for r in &layout.regions {
+        let g = &r.gateway;
+        let args = strings(&[
+            "gateway", "run", "--region", &r.name, "--registry", &layout.registry_endpoints(Some(&r.name)), "--grpc-addr", &g.grpc, "--http-addr",
+            &g.http,
+        ]);
+        sup.spawn(&g.name, Tier::Gateway, args)?;
+    }
+
+    println!("{}", if settings.initialized { "restarting an existing deployment" } else { "forming a new deployment" });
+    let voters: Vec<&NodeSpec> = layout.registry_nodes().collect();
+    bootstrap::form_group(sup, "the registry", &voters).await?;
+    for r in &layout.regions {
+        let nodes: Vec<&NodeSpec> = r.cell.nodes.iter().collect();
+        bootstrap::form_group(sup, &format!("cell {}", r.cell.name), &nodes).await?;
+    }
+    if !settings.initialized {
+        bootstrap::records(sup, layout).await?;
+        settings.initialized = true;
+        settings.write(&layout.data_dir)?;
+    }
+    bootstrap::gateways_ready(sup, layout).await?;
+    bootstrap::demo_shard_served(sup, layout).await?;
+    let endpoints = endpoints(sup, layout);
+    layout::write_atomic(&layout.endpoints_file(), &serde_json::to_string_pretty(&endpoints).expect("json"))?;
+    print_table(sup, layout);
+    println!("endpoints: {}", layout.endpoints_file().display());
+    println!("demo namespace `{DEMO_NS}`, shard `{DEMO_SHARD}` on {}; try:", layout.regions[0].cell.name);
+    let http = &layout.regions[0].gateway.http;
+    println!("  curl -s -XPOST http://{http}/v1/sessions -d '{{\"ns\":\"{DEMO_NS}\",\"ttl_ms\":30000}}' -H 'content-type: application/json'");
+    info!("playground ready");
+    Ok(())
+}
+
+fn strings(s: &[&str]) -> Vec<String> {
+    s.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn node_args(n: &NodeSpec) -> Vec<String> {
+    let mut a = strings(&["--node-id", &n.node_id.to_string(), "--raft-addr", &n.raft, "--client-addr", &n.client]);
+    a.push("--data-dir".into());
+    a.push(n.data_dir.display().to_string());
+    if let Some(m) = &n.metrics {
+        a.extend(strings(&["--metrics-addr", m]));
+    }
+    a
+}
+
+fn node_json(sup: &Supervisor, n: &NodeSpec) -> Value {
+    let argv = sup.procs().iter().find(|p| p.name == n.name).map(|p| p.argv.clone()).unwrap_or_default();
+    json!({
+        "name": n.name, "node_id": n.node_id, "raft": n.raft, "client": n.client, "metrics": n.metrics,
+        "pid": sup.pid(&n.name), "data_dir": n.data_dir, "log": log_of(sup, &n.name), "argv": argv,
+    })
+}
+
+fn log_of(sup: &Supervisor, name: &str) -> Option<PathBuf> {
+    sup.procs().iter().find(|p| p.name == name).map(|p| p.log.clone())
+}
+
+/// endpoints.json (format in docs/playground.md).
+fn endpoints(sup: &Supervisor, layout: &Layout) -> Value {
+    let mut regions = serde_json::Map::new();
+    for r in &layout.regions {
+        let g = &r.gateway;
+        regions.insert(
+            r.name.clone(),
+            json!({
+                "gateway": { "name": g.name, "grpc": g.grpc, "http": g.http, "pid": sup.pid(&g.name), "log": log_of(sup, &g.name) },
+                "registry": node_json(sup, &r.registry),
+                "cells": [{ "cell": r.cell.name, "nodes": r.cell.nodes.iter().map(|n| node_json(sup, n)).collect::<Vec<_>>() }],
+            }),
+        );
+    }
+    json!({
+        "version": 1,
+        "data_dir": layout.data_dir,
+        "supervisor_pid": std::process::id(),
+        "registry_endpoints": layout.registry_endpoints(None),
+        "demo": { "ns": DEMO_NS, "shard": DEMO_SHARD, "cell": layout.regions[0].cell.name },
+        "regions": regions,
+    })
+}
+
+fn print_table(sup: &Supervisor, layout: &Layout) {
+    let pid = |name: &str| sup.pid(name).map(|p| p.to_string()).unwrap_or_default();
+    println!("{:<9} {:<14} {:<8} {:<4} {:<16} {:<16} {:<16} {}", "ROLE", "NAME", "REGION", "ID", "CLIENT/GRPC", "RAFT", "HTTP", "PID");
+    for r in &layout.regions {
+        let g = &r.gateway;
+        println!("{:<9} {:<14} {:<8} {:<4} {:<16} {:<16} {:<16} {}", "gateway", g.name, r.name, "-", g.grpc, "-", g.http, pid(&g.name));
+        let n = &r.registry;
+        println!("{:<9} {:<14} {:<8} {:<4} {:<16} {:<16} {:<16} {}", "registry", n.name, r.name, n.node_id, n.client, n.raft, "-", pid(&n.name));
+        for n in &r.cell.nodes {
+            let m = n.metrics.as_deref().unwrap_or("-");
+            println!("{:<9} {:<14} {:<8} {:<4} {:<16} {:<16} {:<16} {}", "cell", n.name, r.name, n.node_id, n.client, n.raft, m, pid(&n.name));
+        }
+    }
+}
+
+/// `--once`: a lock through the first gateway, and every group's leader.
+async fn once(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
+    let token = bootstrap::take_demo_lock(sup, layout).await?;
+    println!("lock {DEMO_NS}/{DEMO_SHARD}/dev-once taken through {}: token {token}", layout.regions[0].gateway.name);
+    for r in &layout.regions {
+        let m = admin(&r.cell.nodes[0].raft).await?.metrics(rpb::MetricsRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner();
+        println!("cell {}: leader node {} term {}", r.cell.name, m.leader_id, m.current_term);
+    }
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! `holdfast dev` end to end, as a user meets it: start the playground as a process,
+//! take a lock through a gateway's HTTP API, stop it with SIGTERM (clean exit, no
+//! process left), start it again on the same data directory, and find the namespace,
+//! the shard's owner and the token floor where they were.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_holdfast");
+const START: Duration = Duration::from_secs(120);
+const STOP: Duration = Duration::from_secs(40);
+const WAIT: Duration = Duration::from_secs(60);
+/// Short enough to lapse soon after the restart.
+const FIRST_TTL_MS: u64 = 4_000;
+
+/// A running `holdfast dev`. Dropping it stops the supervisor and, should it have been
+/// killed before stopping them, every child it reported.
+struct Dev {
+    child: Option<Child>,
+    pids: Vec<u32>,
+}
+
+impl Dev {
+    fn start(data: &Path, base_port: Option<u16>) -> Dev {
+        let _ = std::fs::remove_file(data.join("endpoints.json"));
+        let mut cmd = Command::new(BIN);
+        cmd.arg("dev").arg("--data-dir").arg(data);
+        if let Some(p) = base_port {
+            cmd.args(["--base-port", &p.to_string()]);
+        }
+        let n = std::fs::read_dir(data).map(|d| d.count()).unwrap_or(0);
+        let out = std::fs::File::create(data.with_extension(format!("out-{n}"))).unwrap();
+        cmd.env("RUST_LOG", "warn,holdfast::dev=info").stdout(out.try_clone().unwrap()).stderr(out).stdin(Stdio::null());
+        Dev { child: Some(cmd.spawn().expect("start holdfast dev")), pids: Vec::new() }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Waits for endpoints.json, which `holdfast dev` writes once everything is ready.
+    fn endpoints(&mut self, data: &Path) -> Value {
+        let f = data.join("endpoints.json");
+        let end = Instant::now() + START;
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&f) {
+                let v: Value = serde_json::from_str(&text).expect("endpoints.json parses");
+                self.pids = all_pids(&v);
+                return v;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("holdfast dev exited ({status}) before it was ready; see {}", data.with_extension("out-*").display());
+            }
+            assert!(Instant::now() < end, "no endpoints.json after {START:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// SIGTERM, then the exit status within [`STOP`].
+    fn stop(&mut self) -> std::process::ExitStatus {
+        kill("TERM", self.pid());
+        let end = Instant::now() + STOP;
+        loop {
+            if let Some(s) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return s;
+            }
+            assert!(Instant::now() < end, "holdfast dev did not exit within {STOP:?} of SIGTERM");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill("TERM", c.id());
+            let end = Instant::now() + STOP;
+            while c.try_wait().ok().flatten().is_none() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for p in &self.pids {
+            if alive(*p) {
+                kill("KILL", *p);
+            }
+        }
+    }
+}
+
+fn kill(sig: &str, pid: u32) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).stderr(Stdio::null()).status();
+}
+
+/// Is `pid` a live process (not a zombie)?
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) S ...": the state follows the last ')'.
+        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+fn all_pids(v: &Value) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for r in v["regions"].as_object().expect("regions").values() {
+        pids.push(&r["gateway"]["pid"]);
+        pids.push(&r["registry"]["pid"]);
+        for c in r["cells"].as_array().unwrap() {
+            pids.extend(c["nodes"].as_array().unwrap().iter().map(|n| &n["pid"]));
+        }
+    }
+    pids.into_iter().map(|p| p.as_u64().expect("a pid") as u32).collect()
+}
+
+fn http(v: &Value, region: &str) -> String {
+    format!("http://{}", v["regions"][region]["gateway"]["http"].as_str().expect("gateway http address"))
+}
+
+/// A call retried while the playground settles (a shard being adopted, a leader
+/// starting: 5xx, or 409/404 while placement propagates), up to [`WAIT`].
+async fn call(c: &reqwest::Client, method: reqwest::Method, url: &str, body: Option<Value>) -> Value {
+    let end = Instant::now() + WAIT;
+    loop {
+        let mut req = c.request(method.clone(), url);
+        if let Some(b) = &body {
+            req = req.json(b);
+        }
+        let last = match req.send().await {
+            Ok(r) if r.status().is_success() => return r.json().await.expect("JSON answer"),
+            Ok(r) => format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => e.to_string(),
+        };
+        assert!(Instant::now() < end, "{method} {url}: {last}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn ready(c: &reqwest::Client, v: &Value) {
+    for region in v["regions"].as_object().unwrap().keys() {
+        let url = format!("{}/readyz", http(v, region));
+        let end = Instant::now() + WAIT;
+        while !c.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+            assert!(Instant::now() < end, "{url} not ready");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn token(v: &Value) -> u64 {
+    v["token"].as_str().expect("token is a JSON string").parse().expect("token is decimal")
+}
+
+async fn session(c: &reqwest::Client, gw: &str, ttl_ms: u64) -> String {
+    let s = call(c, reqwest::Method::POST, &format!("{gw}/v1/sessions"), Some(json!({ "ns": "demo", "ttl_ms": ttl_ms }))).await;
+    s["session"].as_str().expect("session handle").to_owned()
+}
+
+/// Acquires `name`, retrying (each attempt with its own request id: a retry with the
+/// same one would get the first attempt's refusal back) until [`WAIT`].
+async fn acquire(c: &reqwest::Client, gw: &str, name: &str, session: &str, wait_ms: u64) -> u64 {
+    let url = format!("{gw}/v1/locks/demo/default/{name}/acquire");
+    let end = Instant::now() + WAIT;
+    for attempt in 0.. {
+        let body = json!({ "session": session, "request_id": format!("{name}-{attempt}"), "wait_timeout_ms": wait_ms });
+        let last = match c.post(&url).json(&body).send().await {
+            Ok(r) if r.status().is_success() => return token(&r.json().await.expect("JSON answer")),
+            Ok(r) => format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => e.to_string(),
+        };
+        assert!(Instant::now() < end, "acquire {name}: {last}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    unreachable!()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
+    let root = tempfile::tempdir().unwrap();
+    let data: PathBuf = root.path().join("dev");
+    std::fs::create_dir(&data).unwrap();
+    // 60 ports per start, below the ephemeral range, different per test process.
+    let base = 10_000 + (std::process::id() % 300) as u16 * 64;
+    let c = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+
+    eprintln!("--- first start on {} (ports from {base})", data.display());
+    let mut dev = Dev::start(&data, Some(base));
+    let v = dev.endpoints(&data);
+    assert_eq!(v["regions"].as_object().unwrap().len(), 3, "{v}");
+    assert_eq!(dev.pids.len(), 15, "one process per node: {v}");
+    ready(&c, &v).await;
+    let east = http(&v, "east");
+    let west = http(&v, "west");
+
+    eprintln!("--- a lock through the east gateway; the owner through the west one");
+    let s1 = session(&c, &east, FIRST_TTL_MS).await;
+    let t1 = acquire(&c, &east, "job-1", &s1, 0).await;
+    let owner = call(&c, reqwest::Method::GET, &format!("{west}/v1/shards/demo/default/owner"), None).await;
+    assert_eq!((owner["cell"].as_str(), owner["region"].as_str()), (Some("east-1"), Some("east")), "{owner}");
+    let epoch = owner["epoch"].as_u64().unwrap();
+
+    eprintln!("--- SIGTERM: a clean exit, and no process left");
+    let first_pids = dev.pids.clone();
+    let status = dev.stop();
+    assert!(status.success(), "holdfast dev exited with {status}");
+    let left: Vec<u32> = first_pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(left.is_empty(), "still running after holdfast dev exited: {left:?}");
+    assert!(!data.join("endpoints.json").exists(), "endpoints.json must not outlive the processes it names");
+
+    eprintln!("--- second start on the same data directory (its ports come from dev.json)");
+    let mut dev = Dev::start(&data, None);
+    let v2 = dev.endpoints(&data);
+    assert_eq!(v2["regions"]["east"]["gateway"]["http"], v["regions"]["east"]["gateway"]["http"]);
+    ready(&c, &v2).await;
+
+    eprintln!("--- the namespace, the owner and the token floor are where they were");
+    let ns = call(&c, reqwest::Method::GET, &format!("{east}/v1/namespaces/demo"), None).await;
+    assert_eq!(ns["name"], "demo", "{ns}");
+    let owner2 = call(&c, reqwest::Method::GET, &format!("{west}/v1/shards/demo/default/owner"), None).await;
+    assert_eq!(owner2["cell"], "east-1", "{owner2}");
+    assert!(owner2["epoch"].as_u64().unwrap() >= epoch, "epoch went back: {owner} then {owner2}");
+    let d = call(&c, reqwest::Method::GET, &format!("{east}/v1/locks/demo/default/job-1"), None).await;
+    let floor: u64 = d["token_floor"].as_str().expect("token_floor string").parse().unwrap();
+    assert!(floor >= t1, "token floor {floor} below the token {t1} granted before the restart: {d}");
+
+    eprintln!("--- new grants after the restart carry larger tokens");
+    let s2 = session(&c, &west, 30_000).await;
+    let t2 = acquire(&c, &west, "job-2", &s2, 0).await;
+    assert!(t2 > t1, "token {t2} after the restart not above {t1}");
+    // job-1's first holder lapses FIRST_TTL_MS after the restart at the latest.
+    let t3 = acquire(&c, &west, "job-1", &s2, 5_000).await;
+    assert!(t3 > t2 && t3 > floor, "job-1 again: {t3} (floor {floor}, job-2 {t2})");
+
+    eprintln!("--- stop again");
+    let pids = dev.pids.clone();
+    assert!(dev.stop().success());
+    assert!(pids.iter().all(|p| !alive(*p)), "processes left after the second stop");
+}
