@@ -9,7 +9,7 @@ scripts/setup.sh
 # 90 GB disk once); CI builds without them.
 export CARGO_INCREMENTAL=0
 # The gateway's /metrics must pass promtool (setup.sh installs it).
-export HOLDFAST_REQUIRE_PROMTOOL=1
+export CI_REQUIRE_PROMTOOL=1
 PATH="$PATH:/opt/prometheus/usr/bin"
 
 # Layering (STYLE.md): the gateway and the SDK reach cells through clients only.

@@ -47,6 +47,11 @@ impl ProcCell {
         let mut nodes = Vec::new();
         for id in 1..=3u64 {
             let mut cmd = Command::new(BIN);
+            // The node reads HOLDFAST_* as config and refuses unknown keys: start it
+            // with none but ours.
+            for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HOLDFAST_")) {
+                cmd.env_remove(k);
+            }
             cmd.args(["cell", "run", "--node-id", &id.to_string()])
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("node-{id}")))

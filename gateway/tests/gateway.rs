@@ -163,7 +163,7 @@ async fn http_front_with_a_real_http_client() {
         let out = std::process::Command::new(promtool).args(["check", "metrics"]).stdin(std::fs::File::open(&f).unwrap()).output().unwrap();
         assert!(out.status.success(), "promtool: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     } else {
-        assert!(std::env::var("HOLDFAST_REQUIRE_PROMTOOL").is_err(), "promtool is required (scripts/setup.sh installs it)");
+        assert!(std::env::var("CI_REQUIRE_PROMTOOL").is_err(), "promtool is required (scripts/setup.sh installs it)");
     }
     w.shutdown().await;
 }
