@@ -75,3 +75,8 @@ impl std::fmt::Display for EndReason {
         f.write_str(self.as_str())
     }
 }
+
+/// Environment variables the `holdfast` command line reads for itself (which server to
+/// talk to). Server configuration loaders skip them: they are not server settings, and
+/// a node's config refuses unknown keys.
+pub const CLI_ONLY_ENV: &[&str] = &["HOLDFAST_ENDPOINT", "HOLDFAST_RAFT_ENDPOINT"];

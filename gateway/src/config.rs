@@ -39,8 +39,11 @@ impl GatewayConfig {
         if let Some(f) = file {
             b = b.add_source(config::File::from(f));
         }
-        // The prefix separator must be set or `HOLDFAST_X` is silently ignored.
-        b = b.add_source(config::Environment::with_prefix("HOLDFAST").prefix_separator("_").separator("__").try_parsing(true));
+        // The prefix separator must be set or `HOLDFAST_X` is silently ignored. The
+        // command line's own variables are not gateway settings.
+        let vars: config::Map<String, String> =
+            std::env::vars().filter(|(k, _)| !holdfast_core::CLI_ONLY_ENV.contains(&k.as_str())).collect();
+        b = b.add_source(config::Environment::with_prefix("HOLDFAST").prefix_separator("_").separator("__").try_parsing(true).source(Some(vars)));
         for (k, v) in overrides {
             b = b.set_override(*k, v.clone())?;
         }

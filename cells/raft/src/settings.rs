@@ -52,11 +52,20 @@ pub fn load_layered<T: DeserializeOwned>(
     }
     // The prefix separator must be set too or `HOLDFAST_X` is silently ignored
     // (FIELD-NOTES).
-    b = b.add_source(config::Environment::with_prefix("HOLDFAST").prefix_separator("_").separator("__").try_parsing(true));
+    b = b.add_source(environment());
     for (k, v) in overrides {
         b = b.set_override(*k, v.clone())?;
     }
     Ok(b.build()?.try_deserialize()?)
+}
+
+/// The `HOLDFAST_*` environment as a config source, without the command line's own
+/// variables (`holdfast_core::CLI_ONLY_ENV`): a shell that exported one for the CLI must
+/// still be able to start a node, whose config refuses unknown keys.
+pub fn environment() -> config::Environment {
+    let vars: config::Map<String, String> =
+        std::env::vars().filter(|(k, _)| !holdfast_core::CLI_ONLY_ENV.contains(&k.as_str())).collect();
+    config::Environment::with_prefix("HOLDFAST").prefix_separator("_").separator("__").try_parsing(true).source(Some(vars))
 }
 
 /// The checks every Raft node's configuration needs: a node id, timings under which a

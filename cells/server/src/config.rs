@@ -127,8 +127,11 @@ mod tests {
         // The env override must take effect (the config crate's prefix trap).
         // (A variable no other test reads: tests run in parallel in one process.)
         std::env::set_var("HOLDFAST_SNAPSHOT_EVERY_LOGS", "777");
+        // The CLI's own variable is not a node setting: it must not break the load.
+        std::env::set_var("HOLDFAST_RAFT_ENDPOINT", "127.0.0.1:9");
         let c = CellConfig::load(Some(&f), &[("node_id", "3".into())]).unwrap();
         std::env::remove_var("HOLDFAST_SNAPSHOT_EVERY_LOGS");
+        std::env::remove_var("HOLDFAST_RAFT_ENDPOINT");
         assert_eq!(c.node_id, 3, "flag beats file");
         assert_eq!(c.snapshot_every_logs, 777, "env beats default");
         assert_eq!(c.heartbeat_ms, 100, "file beats default");
