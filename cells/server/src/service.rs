@@ -50,18 +50,25 @@ impl LockApi {
     /// the KeepAlive stream.
     /// `NOT_OWNER` for a renewal whose session's shard has moved on: the session lives
     /// here but its shard was sealed (it left this cell), or the session is unknown here
-    /// and the client names an older epoch of a shard this cell now serves (the renewal
-    /// was routed to the shard's new owner). Its client re-creates the session.
+    /// and the client names an epoch this cell does not serve (the renewal was routed to
+    /// the shard's new owner, perhaps before it adopted). Its client re-creates the
+    /// session.
     fn moved_on(&self, session: SessionId, shard: Option<pb::ShardRef>) -> Option<Status> {
         let named = shard.filter(|s| s.epoch != 0).and_then(|s| Some((holdfast_proto::convert::shard_key(s.ns, s.shard).ok()?, s.epoch)));
         let why = self.cell.group.state().read(|m| {
             let st = m.state();
             match st.session(session) {
                 Some(v) => st.served_epoch(&v.home).is_none().then(|| format!("shard {} of session {session} left this cell", v.home)),
+                // Unknown here, and the session names an epoch this cell does not serve
+                // (it serves a newer one, or is still adopting the shard, or never had
+                // it): the session was left behind by a move, not expired here.
                 None => {
                     let (key, epoch) = named?;
-                    let now = st.served_epoch(&key)?;
-                    (now.0 != epoch).then(|| format!("shard {key} moved on from epoch {epoch} (now {}); session {session} stayed behind", now.0))
+                    match st.served_epoch(&key) {
+                        Some(now) if now.0 == epoch => None,
+                        Some(now) => Some(format!("shard {key} moved on from epoch {epoch} (now {}); session {session} stayed behind", now.0)),
+                        None => Some(format!("this cell does not serve shard {key} at epoch {epoch}; session {session} lives elsewhere")),
+                    }
                 }
             }
         })?;

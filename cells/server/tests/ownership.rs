@@ -13,14 +13,13 @@ use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
-use holdfast_registry::{RegistryConfig, RegistryServer};
+use holdfast_registry::RegistryServer;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use tracing::info;
 
-const LEASE_MS: u64 = 3_000;
+use holdfast_testkit::registry::LEASE_MS;
 const LOCK_DELAY_MS: u64 = 500;
 
 struct World {
@@ -36,29 +35,7 @@ impl World {
     /// namespace `pay`, shard `pay/default` placed on `a`.
     async fn start() -> World {
         let root = tempfile::tempdir().unwrap();
-        let mut registry = Vec::new();
-        for id in 1..=3u64 {
-            let cfg = RegistryConfig {
-                node_id: id,
-                region: ["east", "west", "south"][id as usize - 1].into(),
-                data_dir: root.path().join(format!("registry-{id}")),
-                raft_addr: "127.0.0.1:0".into(),
-                client_addr: "127.0.0.1:0".into(),
-                advertise_client_addr: None,
-                heartbeat_ms: 100,
-                election_min_ms: 1_000,
-                election_max_ms: 2_000,
-                ownership_lease_ms: LEASE_MS,
-                ownership_grace_ms: 200,
-                snapshot_every_logs: 5_000,
-                shutdown_deadline_ms: 5_000,
-            };
-            let raft = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            registry.push(RegistryServer::start(&cfg, raft, client).await.unwrap());
-        }
-        let members = registry.iter().map(|n| (n.node_id(), n.node().clone())).collect();
-        registry[0].initialize(members).await.unwrap();
+        let registry = holdfast_testkit::registry::start_registry(root.path()).await;
         let direct: Vec<SocketAddr> = registry.iter().map(|n| n.client_addr()).collect();
         let mut a_link = Vec::new();
         for addr in &direct {

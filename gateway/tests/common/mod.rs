@@ -12,7 +12,7 @@ use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
-use holdfast_registry::{RegistryConfig, RegistryServer};
+use holdfast_registry::RegistryServer;
 use holdfast_testkit::proxy::Proxy;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -49,29 +49,7 @@ impl World {
     /// region and cell records in the registry. No namespaces yet.
     pub async fn start(two_cells: bool) -> World {
         let root = tempfile::tempdir().unwrap();
-        let mut registry = Vec::new();
-        for id in 1..=3u64 {
-            let cfg = RegistryConfig {
-                node_id: id,
-                region: ["east", "west", "south"][id as usize - 1].into(),
-                data_dir: root.path().join(format!("registry-{id}")),
-                raft_addr: "127.0.0.1:0".into(),
-                client_addr: "127.0.0.1:0".into(),
-                advertise_client_addr: None,
-                heartbeat_ms: 100,
-                election_min_ms: 1_000,
-                election_max_ms: 2_000,
-                ownership_lease_ms: 3_000,
-                ownership_grace_ms: 200,
-                snapshot_every_logs: 5_000,
-                shutdown_deadline_ms: 5_000,
-            };
-            let raft = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            registry.push(RegistryServer::start(&cfg, raft, client).await.unwrap());
-        }
-        let members = registry.iter().map(|n| (n.node_id(), n.node().clone())).collect();
-        registry[0].initialize(members).await.unwrap();
+        let registry = holdfast_testkit::registry::start_registry(root.path()).await;
         let direct: Vec<String> = registry.iter().map(|n| n.client_addr().to_string()).collect();
 
         let mut cells = BTreeMap::new();
