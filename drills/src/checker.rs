@@ -1,0 +1,381 @@
+//! The safety checker: reads a whole [`History`] and reports every violation with the
+//! lines involved.
+//!
+//! The oracle is honest about uncertainty (openraft's turmoil oracle): an operation
+//! with no answer is *unknown* — it may or may not have taken effect. A violation is
+//! reported only if it holds whichever way every unknown operation went; nothing is
+//! reported that needs an unknown operation to be absent (or present).
+//!
+//! "A before B" always means: A's completion is on an earlier line than B's
+//! invocation (see [`crate::history`]: line order is real-time order).
+//!
+//! Checked:
+//! 1. [`ViolationKind::StaleWriteAccepted`]: for one lock at one resource, an accepted
+//!    write with a lower token than an accepted write before it.
+//! 2. [`ViolationKind::TokenDidNotGrow`]: for one lock, a granted token `<=` a token
+//!    granted before it (the same token answered twice to the same session is one
+//!    grant, answered to an idempotent retry).
+//! 3. [`ViolationKind::GrantAfterExpiry`]: a grant to a session whose Acquire was sent
+//!    after the session was seen expired.
+//! 4. [`ViolationKind::AcknowledgedGrantLost`]: a read of a lock's holders, at the
+//!    granting epoch and sent after the grant was acknowledged, that lacks the token —
+//!    unless the hold may have ended first (a release sent before the read answered,
+//!    a hold-ended event, or the session's expiry possibly before the read).
+//! 5. [`ViolationKind::TwoCellsServing`]: two cells serving one shard at one epoch
+//!    during overlapping intervals.
+
+use crate::history::{Event, EventKind, History, LockKey, OpId, SessionRef};
+use holdfast_core::FencingToken;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+/// The kinds of violation, one per invariant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ViolationKind {
+    StaleWriteAccepted,
+    TokenDidNotGrow,
+    GrantAfterExpiry,
+    AcknowledgedGrantLost,
+    TwoCellsServing,
+}
+
+impl fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ViolationKind::StaleWriteAccepted => "stale write accepted",
+            ViolationKind::TokenDidNotGrow => "token did not grow",
+            ViolationKind::GrantAfterExpiry => "grant after expiry",
+            ViolationKind::AcknowledgedGrantLost => "acknowledged grant lost",
+            ViolationKind::TwoCellsServing => "two cells serving one shard at one epoch",
+        })
+    }
+}
+
+/// An event a violation involves, with its 1-based line in the history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRef {
+    pub line: usize,
+    pub event: Event,
+}
+
+/// One broken invariant and the evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Violation {
+    pub kind: ViolationKind,
+    /// One sentence for a human.
+    pub summary: String,
+    /// The events that prove it, in line order.
+    pub events: Vec<EventRef>,
+}
+
+/// What the checker found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub violations: Vec<Violation>,
+    /// Problems with the history itself (a completion without its invocation, an op
+    /// id used twice). Not safety violations, but the history cannot be fully trusted.
+    pub malformed: Vec<String>,
+}
+
+impl CheckReport {
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty() && self.malformed.is_empty()
+    }
+
+    pub fn count(&self, kind: ViolationKind) -> usize {
+        self.violations.iter().filter(|v| v.kind == kind).count()
+    }
+}
+
+/// How an operation ended, by the index of its completion line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Ok(usize),
+    Failed,
+    /// Answered `*Unknown`, or never answered.
+    Unknown,
+}
+
+#[derive(Debug)]
+struct Op {
+    invoked: usize,
+    outcome: Outcome,
+}
+
+/// Checks a whole history.
+pub fn check(history: &History) -> CheckReport {
+    let mut report = CheckReport::default();
+    let ops = pair_ops(history, &mut report.malformed);
+    let at = |i: usize| EventRef { line: i + 1, event: history.events[i].clone() };
+
+    stale_writes(history, &ops, &at, &mut report.violations);
+    tokens_grow(history, &ops, &at, &mut report.violations);
+    grants_after_expiry(history, &ops, &at, &mut report.violations);
+    grants_lost(history, &at, &mut report.violations);
+    two_cells_serving(history, &at, &mut report.violations);
+    report
+}
+
+fn pair_ops(history: &History, malformed: &mut Vec<String>) -> HashMap<OpId, Op> {
+    let mut ops: HashMap<OpId, Op> = HashMap::new();
+    for (i, e) in history.events.iter().enumerate() {
+        let (op, completion) = match &e.kind {
+            EventKind::GrantInvoked { op, .. }
+            | EventKind::ReleaseInvoked { op, .. }
+            | EventKind::WriteAttempt { op, .. } => (*op, None),
+            EventKind::GrantOk { op, .. } | EventKind::ReleaseOk { op } | EventKind::WriteAccepted { op } => {
+                (*op, Some(Outcome::Ok(i)))
+            }
+            EventKind::GrantFailed { op, .. }
+            | EventKind::ReleaseFailed { op, .. }
+            | EventKind::WriteRejected { op } => (*op, Some(Outcome::Failed)),
+            EventKind::GrantUnknown { op } | EventKind::ReleaseUnknown { op } | EventKind::WriteUnknown { op } => {
+                (*op, Some(Outcome::Unknown))
+            }
+            _ => continue,
+        };
+        match (completion, ops.get_mut(&op)) {
+            (None, None) => {
+                ops.insert(op, Op { invoked: i, outcome: Outcome::Unknown });
+            }
+            (None, Some(_)) => malformed.push(format!("line {}: op {} invoked twice", i + 1, op.0)),
+            (Some(_), None) => malformed.push(format!("line {}: op {} completed but never invoked", i + 1, op.0)),
+            (Some(outcome), Some(existing)) => {
+                // A later "unknown" never overrides a definite answer; a second
+                // definite answer is a recorder bug.
+                match (existing.outcome, outcome) {
+                    (Outcome::Unknown, o) => existing.outcome = o,
+                    (_, Outcome::Unknown) => {}
+                    _ => malformed.push(format!("line {}: op {} completed twice", i + 1, op.0)),
+                }
+            }
+        }
+    }
+    ops
+}
+
+struct AcceptedWrite {
+    invoked: usize,
+    accepted: usize,
+    token: FencingToken,
+}
+
+fn stale_writes(history: &History, ops: &HashMap<OpId, Op>, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    // Only definitely accepted writes count: an unknown write may have been refused
+    // (so it proves nothing as the "higher" one) and may never have been applied (so
+    // it proves nothing as the "lower" one).
+    let mut groups: BTreeMap<(&LockKey, &str), Vec<AcceptedWrite>> = BTreeMap::new();
+    for (i, e) in history.events.iter().enumerate() {
+        if let EventKind::WriteAttempt { op, lock, token, resource } = &e.kind {
+            if let Some(Op { outcome: Outcome::Ok(accepted), invoked }) = ops.get(op) {
+                if *invoked == i {
+                    groups.entry((lock, resource)).or_default().push(AcceptedWrite {
+                        invoked: i,
+                        accepted: *accepted,
+                        token: *token,
+                    });
+                }
+            }
+        }
+    }
+    for ((lock, resource), writes) in groups {
+        // Sweep: writes by invocation; the highest token among writes accepted
+        // before each invocation is the witness.
+        let mut by_accept: Vec<&AcceptedWrite> = writes.iter().collect();
+        by_accept.sort_by_key(|w| w.accepted);
+        let mut next = 0;
+        let mut best: Option<&AcceptedWrite> = None;
+        for w in &writes {
+            while next < by_accept.len() && by_accept[next].accepted < w.invoked {
+                let cand = by_accept[next];
+                if best.is_none_or(|b| cand.token > b.token) {
+                    best = Some(cand);
+                }
+                next += 1;
+            }
+            if let Some(b) = best.filter(|b| w.token < b.token) {
+                out.push(Violation {
+                    kind: ViolationKind::StaleWriteAccepted,
+                    summary: format!(
+                        "{resource} accepted a write for {lock} with token {} after it had accepted token {}",
+                        w.token, b.token
+                    ),
+                    events: vec![at(b.invoked), at(b.accepted), at(w.invoked), at(w.accepted)],
+                });
+            }
+        }
+    }
+}
+
+struct Grant<'a> {
+    invoked: usize,
+    ok: usize,
+    session: &'a SessionRef,
+    token: FencingToken,
+}
+
+fn ok_grants<'a>(history: &'a History, ops: &HashMap<OpId, Op>) -> Vec<(&'a LockKey, Grant<'a>)> {
+    let mut grants = Vec::new();
+    for (i, e) in history.events.iter().enumerate() {
+        if let EventKind::GrantOk { op, lock, session, token, .. } = &e.kind {
+            if let Some(o) = ops.get(op).filter(|o| o.outcome == Outcome::Ok(i)) {
+                grants.push((lock, Grant { invoked: o.invoked, ok: i, session, token: *token }));
+            }
+        }
+    }
+    grants
+}
+
+fn tokens_grow(history: &History, ops: &HashMap<OpId, Op>, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    // Unknown grants are left out: one may or may not exist, and whichever token it
+    // carried, the definite grants alone must already grow.
+    let mut by_lock: BTreeMap<&LockKey, Vec<Grant>> = BTreeMap::new();
+    for (lock, g) in ok_grants(history, ops) {
+        by_lock.entry(lock).or_default().push(g);
+    }
+    for (lock, grants) in by_lock {
+        // `grants` is in order of acknowledgement; check each against every grant
+        // acknowledged before it was invoked. Drills hold a few thousand grants per
+        // lock, so quadratic is fine and keeps the idempotent-retry rule plain.
+        for later in &grants {
+            let witness = grants
+                .iter()
+                .filter(|earlier| earlier.ok < later.invoked)
+                .filter(|earlier| later.token <= earlier.token)
+                .filter(|earlier| !(earlier.token == later.token && earlier.session == later.session))
+                .max_by_key(|earlier| earlier.token);
+            if let Some(earlier) = witness {
+                out.push(Violation {
+                    kind: ViolationKind::TokenDidNotGrow,
+                    summary: format!(
+                        "{lock} was granted token {} to {} after token {} had been granted to {}",
+                        later.token, later.session, earlier.token, earlier.session
+                    ),
+                    events: vec![at(earlier.ok), at(later.invoked), at(later.ok)],
+                });
+            }
+        }
+    }
+}
+
+fn grants_after_expiry(
+    history: &History,
+    ops: &HashMap<OpId, Op>,
+    at: &dyn Fn(usize) -> EventRef,
+    out: &mut Vec<Violation>,
+) {
+    let mut expired: HashMap<&SessionRef, usize> = HashMap::new();
+    for (i, e) in history.events.iter().enumerate() {
+        if let EventKind::SessionExpired { session, .. } = &e.kind {
+            expired.entry(session).or_insert(i);
+        }
+    }
+    let grants = ok_grants(history, ops);
+    for (lock, g) in &grants {
+        let Some(&exp) = expired.get(g.session) else { continue };
+        if g.invoked < exp {
+            continue; // The grant may have been made before the expiry.
+        }
+        // The same grant answered again to a retry is not a new grant.
+        let answered_before =
+            grants.iter().any(|(l, h)| l == lock && h.session == g.session && h.token == g.token && h.ok < exp);
+        if answered_before {
+            continue;
+        }
+        out.push(Violation {
+            kind: ViolationKind::GrantAfterExpiry,
+            summary: format!(
+                "{lock} was granted (token {}) to session {} after it was seen expired",
+                g.token, g.session
+            ),
+            events: vec![at(exp), at(g.invoked), at(g.ok)],
+        });
+    }
+}
+
+fn grants_lost(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    // Acknowledged grants, with the time they were acknowledged. An unknown grant is
+    // not acknowledged: it is never expected anywhere.
+    let mut grants: Vec<(usize, &LockKey, &SessionRef, FencingToken, u64)> = Vec::new();
+    for (i, e) in history.events.iter().enumerate() {
+        match &e.kind {
+            EventKind::GrantOk { lock, session, token, .. } => grants.push((i, lock, session, *token, e.t_ms)),
+            EventKind::HolderObserved { lock: obs_lock, since_ms, epoch, holders } => {
+                for &(g, lock, session, token, ok_ms) in &grants {
+                    if lock != obs_lock || token.epoch() != *epoch || ok_ms >= *since_ms || holders.contains(&token) {
+                        continue;
+                    }
+                    if hold_may_have_ended(history, i, e.t_ms, lock, session, token) {
+                        continue;
+                    }
+                    out.push(Violation {
+                        kind: ViolationKind::AcknowledgedGrantLost,
+                        summary: format!(
+                            "{lock}: the grant of token {token} to {session} is missing from a read of its holders at {epoch}"
+                        ),
+                        events: vec![at(g), at(i)],
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether some line says the hold may have ended before the read on line `read`
+/// answered (at `read_ms`).
+fn hold_may_have_ended(
+    history: &History,
+    read: usize,
+    read_ms: u64,
+    lock: &LockKey,
+    session: &SessionRef,
+    token: FencingToken,
+) -> bool {
+    history.events.iter().enumerate().any(|(j, e)| match &e.kind {
+        // A release sent before the read answered may have taken effect first,
+        // whatever its answer (even an unknown one).
+        EventKind::ReleaseInvoked { lock: l, session: s, token: t, .. } => {
+            j < read && l == lock && s == session && *t == token
+        }
+        // A watch only reports the end of a hold the cell had; whenever it arrived,
+        // the end may have come before the read.
+        EventKind::HoldEnded { lock: l, token: t, .. } => l == lock && *t == token,
+        EventKind::SessionExpired { session: s, at_ms } => s == session && *at_ms <= read_ms,
+        _ => false,
+    })
+}
+
+fn two_cells_serving(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    let mut groups: BTreeMap<_, Vec<usize>> = BTreeMap::new();
+    for (i, e) in history.events.iter().enumerate() {
+        if let EventKind::CellServing { ns, shard, epoch, .. } = &e.kind {
+            groups.entry((ns, shard, *epoch)).or_default().push(i);
+        }
+    }
+    let interval = |i: usize| match &history.events[i].kind {
+        EventKind::CellServing { cell, from_ms, until_ms, .. } => (cell, *from_ms, until_ms.unwrap_or(u64::MAX)),
+        _ => unreachable!("grouped only CellServing lines"),
+    };
+    for ((ns, shard, epoch), lines) in groups {
+        for (k, &a) in lines.iter().enumerate() {
+            for &b in &lines[k + 1..] {
+                let (ca, fa, ua) = interval(a);
+                let (cb, fb, ub) = interval(b);
+                if ca != cb && fa < ub && fb < ua {
+                    out.push(Violation {
+                        kind: ViolationKind::TwoCellsServing,
+                        summary: format!(
+                            "{ns}/{shard} was served at {epoch} by both {ca} and {cb} from {} ms to {} ms",
+                            fa.max(fb),
+                            ua.min(ub)
+                        ),
+                        events: vec![at(a), at(b)],
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! The region-evacuation planner: a pure function from what the registry reports
+//! (shards, cells, regions) to a [`Plan`] of waves. Printing a plan changes nothing;
+//! `--dry-run` is printing the plan.
+//!
+//! Rules:
+//! - every shard homed in the evacuated region moves, to a **healthy** cell of another
+//!   region whose state is **active** (the registry refuses moves into a draining or
+//!   evacuated region);
+//! - a target never takes more keys than its capacity (its current shards count);
+//! - shards are placed largest first, each on the target with the lowest utilization
+//!   after taking it (`keys / capacity`), ties by cell name — load spreads;
+//! - waves hold at most `max_wave` moves, in `(namespace, shard)` order;
+//! - the same input always gives the same plan.
+
+use holdfast_core::{CellId, Epoch, NamespaceName, RegionId, ShardName};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The persisted plan format's version.
+pub const PLAN_VERSION: u32 = 1;
+
+/// A region's state in the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegionState {
+    Active,
+    Draining,
+    Evacuated,
+}
+
+/// A region as the registry lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionInfo {
+    pub region: RegionId,
+    pub state: RegionState,
+}
+
+/// A cell, with its health as the harness judged it and its capacity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellInfo {
+    pub cell: CellId,
+    pub region: RegionId,
+    pub healthy: bool,
+    /// The most keys (locks) this cell should hold across all its shards.
+    pub capacity_keys: u64,
+}
+
+/// A shard where it is now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardPlacement {
+    pub ns: NamespaceName,
+    pub shard: ShardName,
+    pub region: RegionId,
+    pub cell: CellId,
+    pub epoch: Epoch,
+    /// Keys held in the shard now (`lock_namespace_keys`).
+    pub keys: u64,
+}
+
+/// What to plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanRequest {
+    pub shards: Vec<ShardPlacement>,
+    pub cells: Vec<CellInfo>,
+    pub regions: Vec<RegionInfo>,
+    pub evacuate: RegionId,
+    /// The most shard moves in one wave (at least 1).
+    pub max_wave: usize,
+}
+
+/// Why there is no plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("unknown region {0}")]
+    UnknownRegion(RegionId),
+    #[error("nothing to move: no shard is homed in {0}")]
+    NothingToMove(RegionId),
+    #[error("no healthy cell in another active region can take shards from {0}")]
+    NoHealthyTarget(RegionId),
+    #[error("not enough capacity: {needed} keys to move, {available} free on healthy targets; {missing} missing")]
+    NotEnoughCapacity { needed: u64, available: u64, missing: u64 },
+    #[error("shard {ns}/{shard} has {keys} keys but the most free on one target is {largest_free}; {missing} missing")]
+    ShardDoesNotFit { ns: NamespaceName, shard: ShardName, keys: u64, largest_free: u64, missing: u64 },
+    #[error("the wave size must be at least 1")]
+    ZeroWaveSize,
+}
+
+/// Whether a plan empties a region or brings its shards home.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanKind {
+    Evacuate,
+    Rollback,
+}
+
+/// One shard's move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub ns: NamespaceName,
+    pub shard: ShardName,
+    pub keys: u64,
+    /// The shard's epoch when planned: after the move it is strictly larger.
+    pub epoch: Epoch,
+    pub from_cell: CellId,
+    pub from_region: RegionId,
+    pub to_cell: CellId,
+    pub to_region: RegionId,
+}
+
+/// Moves started together, after a health gate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wave {
+    pub index: usize,
+    pub moves: Vec<Move>,
+}
+
+/// A target cell's keys before and after the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellLoad {
+    pub cell: CellId,
+    pub before_keys: u64,
+    pub after_keys: u64,
+    pub capacity_keys: u64,
+}
+
+/// What moves where, in which wave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub version: u32,
+    pub kind: PlanKind,
+    /// The region being evacuated (for a rollback: the region its shards go back to).
+    pub region: RegionId,
+    pub max_wave: usize,
+    pub waves: Vec<Wave>,
+    /// Every cell that gains or loses keys.
+    pub loads: Vec<CellLoad>,
+}
+
+/// Plans the evacuation of `req.evacuate`.
+pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
+    if req.max_wave == 0 {
+        return Err(PlanError::ZeroWaveSize);
+    }
+    let state_of = |r: &RegionId| req.regions.iter().find(|x| &x.region == r).map(|x| x.state);
+    if state_of(&req.evacuate).is_none() {
+        return Err(PlanError::UnknownRegion(req.evacuate.clone()));
+    }
+    let mut to_move: Vec<&ShardPlacement> = req.shards.iter().filter(|s| s.region == req.evacuate).collect();
+    if to_move.is_empty() {
+        return Err(PlanError::NothingToMove(req.evacuate.clone()));
+    }
+
+    // Every cell's current keys, from the shards it owns.
+    let mut load: BTreeMap<&CellId, u64> = BTreeMap::new();
+    for s in &req.shards {
+        *load.entry(&s.cell).or_default() += s.keys;
+    }
+    let targets: Vec<&CellInfo> = req
+        .cells
+        .iter()
+        .filter(|c| c.healthy && c.region != req.evacuate && state_of(&c.region) == Some(RegionState::Active))
+        .collect();
+    if targets.is_empty() {
+        return Err(PlanError::NoHealthyTarget(req.evacuate.clone()));
+    }
+    let free =
+        |c: &CellInfo, load: &BTreeMap<&CellId, u64>| c.capacity_keys.saturating_sub(*load.get(&c.cell).unwrap_or(&0));
+    let needed: u64 = to_move.iter().map(|s| s.keys).sum();
+    let available: u64 = targets.iter().map(|c| free(c, &load)).sum();
+    if needed > available {
+        return Err(PlanError::NotEnoughCapacity { needed, available, missing: needed - available });
+    }
+
+    let before = load.clone();
+    // Largest first, then by name: the order decides the packing, so it is total.
+    to_move.sort_by(|a, b| b.keys.cmp(&a.keys).then_with(|| (&a.ns, &a.shard).cmp(&(&b.ns, &b.shard))));
+    let mut moves = Vec::with_capacity(to_move.len());
+    for s in to_move {
+        let best = targets.iter().filter(|c| free(c, &load) >= s.keys).min_by(|a, b| {
+            // Utilization after taking the shard, compared without floats:
+            // (la + k) / ca  vs  (lb + k) / cb.
+            let ua = u128::from(load.get(&a.cell).copied().unwrap_or(0) + s.keys) * u128::from(b.capacity_keys);
+            let ub = u128::from(load.get(&b.cell).copied().unwrap_or(0) + s.keys) * u128::from(a.capacity_keys);
+            ua.cmp(&ub).then_with(|| a.cell.cmp(&b.cell))
+        });
+        let Some(target) = best else {
+            let largest_free = targets.iter().map(|c| free(c, &load)).max().unwrap_or(0);
+            return Err(PlanError::ShardDoesNotFit {
+                ns: s.ns.clone(),
+                shard: s.shard.clone(),
+                keys: s.keys,
+                largest_free,
+                missing: s.keys - largest_free,
+            });
+        };
+        *load.entry(&target.cell).or_default() += s.keys;
+        *load.entry(&s.cell).or_default() -= s.keys;
+        moves.push(Move {
+            ns: s.ns.clone(),
+            shard: s.shard.clone(),
+            keys: s.keys,
+            epoch: s.epoch,
+            from_cell: s.cell.clone(),
+            from_region: s.region.clone(),
+            to_cell: target.cell.clone(),
+            to_region: target.region.clone(),
+        });
+    }
+    moves.sort_by(|a, b| (&a.ns, &a.shard).cmp(&(&b.ns, &b.shard)));
+
+    let capacity = |cell: &CellId| req.cells.iter().find(|c| &c.cell == cell).map_or(0, |c| c.capacity_keys);
+    let loads = load
+        .iter()
+        .filter(|(cell, after)| before.get(*cell) != Some(*after))
+        .map(|(cell, after)| CellLoad {
+            cell: (*cell).clone(),
+            before_keys: before.get(cell).copied().unwrap_or(0),
+            after_keys: *after,
+            capacity_keys: capacity(cell),
+        })
+        .collect();
+    Ok(Plan {
+        version: PLAN_VERSION,
+        kind: PlanKind::Evacuate,
+        region: req.evacuate.clone(),
+        max_wave: req.max_wave,
+        waves: into_waves(moves, req.max_wave),
+        loads,
+    })
+}
+
+fn into_waves(moves: Vec<Move>, max_wave: usize) -> Vec<Wave> {
+    moves.chunks(max_wave).enumerate().map(|(index, chunk)| Wave { index, moves: chunk.to_vec() }).collect()
+}
+
+impl Plan {
+    /// Every move, wave by wave.
+    pub fn moves(&self) -> impl Iterator<Item = &Move> {
+        self.waves.iter().flat_map(|w| w.moves.iter())
+    }
+
+    /// The reverse moves, last wave first: brings every shard of this plan home.
+    /// The epochs are the planned ones, a lower bound (each move bumped them). Health
+    /// and capacity are not re-checked — the shards came from there — and the registry
+    /// takes moves only into an active region, so set the region active first.
+    pub fn rollback(&self) -> Plan {
+        let moves: Vec<Move> = self
+            .waves
+            .iter()
+            .rev()
+            .flat_map(|w| w.moves.iter().rev())
+            .map(|m| Move {
+                from_cell: m.to_cell.clone(),
+                from_region: m.to_region.clone(),
+                to_cell: m.from_cell.clone(),
+                to_region: m.from_region.clone(),
+                ..m.clone()
+            })
+            .collect();
+        Plan {
+            version: PLAN_VERSION,
+            kind: match self.kind {
+                PlanKind::Evacuate => PlanKind::Rollback,
+                PlanKind::Rollback => PlanKind::Evacuate,
+            },
+            region: self.region.clone(),
+            max_wave: self.max_wave,
+            waves: into_waves(moves, self.max_wave),
+            loads: self
+                .loads
+                .iter()
+                .map(|l| CellLoad { before_keys: l.after_keys, after_keys: l.before_keys, ..l.clone() })
+                .collect(),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a plan serializes")
+    }
+
+    pub fn from_json(text: &str) -> Result<Plan, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// A Markdown summary an operator reviews before executing.
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::new();
+        let what = match self.kind {
+            PlanKind::Evacuate => "Evacuate",
+            PlanKind::Rollback => "Roll back the evacuation of",
+        };
+        let shards = self.moves().count();
+        let keys: u64 = self.moves().map(|m| m.keys).sum();
+        let _ = writeln!(out, "# {what} {}\n", self.region);
+        let _ = writeln!(
+            out,
+            "{shards} shards ({keys} keys) in {} waves of at most {}.\n",
+            self.waves.len(),
+            self.max_wave
+        );
+        for w in &self.waves {
+            let _ = writeln!(out, "## Wave {}\n", w.index);
+            let _ = writeln!(out, "| shard | keys | epoch | from | to |\n|---|---:|---:|---|---|");
+            for m in &w.moves {
+                let _ = writeln!(
+                    out,
+                    "| {}/{} | {} | {} | {} ({}) | {} ({}) |",
+                    m.ns, m.shard, m.keys, m.epoch.0, m.from_cell, m.from_region, m.to_cell, m.to_region
+                );
+            }
+            out.push('\n');
+        }
+        let _ = writeln!(out, "## Cell load\n\n| cell | keys before | keys after | capacity |\n|---|---:|---:|---:|");
+        for l in &self.loads {
+            let _ = writeln!(out, "| {} | {} | {} | {} |", l.cell, l.before_keys, l.after_keys, l.capacity_keys);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(name: &str, state: RegionState) -> RegionInfo {
+        RegionInfo { region: RegionId::new(name).unwrap(), state }
+    }
+    fn cell(name: &str, region: &str, healthy: bool, capacity_keys: u64) -> CellInfo {
+        CellInfo { cell: CellId::new(name).unwrap(), region: RegionId::new(region).unwrap(), healthy, capacity_keys }
+    }
+    fn shard(ns: &str, shard: &str, cell: &str, keys: u64) -> ShardPlacement {
+        let region = cell.rsplit_once('-').unwrap().0;
+        ShardPlacement {
+            ns: NamespaceName::new(ns).unwrap(),
+            shard: ShardName::new(shard).unwrap(),
+            region: RegionId::new(region).unwrap(),
+            cell: CellId::new(cell).unwrap(),
+            epoch: Epoch(3),
+            keys,
+        }
+    }
+
+    /// Three regions; eu-west holds five shards; us-east and ap-south have room.
+    fn request() -> PlanRequest {
+        PlanRequest {
+            shards: vec![
+                shard("payments", "s0", "eu-west-1", 400),
+                shard("payments", "s1", "eu-west-1", 300),
+                shard("search", "default", "eu-west-2", 200),
+                shard("orders", "s0", "eu-west-2", 100),
+                shard("orders", "s1", "eu-west-2", 100),
+                shard("billing", "default", "us-east-1", 500),
+            ],
+            cells: vec![
+                cell("eu-west-1", "eu-west", true, 2000),
+                cell("eu-west-2", "eu-west", true, 2000),
+                cell("us-east-1", "us-east", true, 1000),
+                cell("us-east-2", "us-east", false, 5000),
+                cell("ap-south-1", "ap-south", true, 1000),
+            ],
+            regions: vec![
+                region("eu-west", RegionState::Draining),
+                region("us-east", RegionState::Active),
+                region("ap-south", RegionState::Active),
+            ],
+            evacuate: RegionId::new("eu-west").unwrap(),
+            max_wave: 2,
+        }
+    }
+
+    #[test]
+    fn every_shard_moves_to_a_healthy_active_target_within_capacity() {
+        let req = request();
+        let p = plan(&req).unwrap();
+        assert_eq!(p.moves().count(), 5);
+        assert_eq!(p.waves.len(), 3);
+        assert!(p.waves.iter().all(|w| w.moves.len() <= 2));
+        for m in p.moves() {
+            assert_ne!(m.to_region.as_str(), "eu-west");
+            assert_ne!(m.to_cell.as_str(), "us-east-2", "unhealthy cells take nothing");
+        }
+        // Capacity: us-east-1 had 500 of 1000; ap-south-1 0 of 1000; 1100 keys to place.
+        for l in &p.loads {
+            assert!(l.after_keys <= l.capacity_keys || l.cell.as_str().starts_with("eu-west"), "{l:?}");
+        }
+        let after = |c: &str| p.loads.iter().find(|l| l.cell.as_str() == c).unwrap().after_keys;
+        assert_eq!(after("us-east-1") + after("ap-south-1"), 1600);
+        assert_eq!(after("eu-west-1"), 0);
+        // Least-loaded first: the largest shard goes to the empty ap-south-1.
+        let s0 = p.moves().find(|m| m.ns.as_str() == "payments" && m.shard.as_str() == "s0").unwrap();
+        assert_eq!(s0.to_cell.as_str(), "ap-south-1");
+        // Waves in (namespace, shard) order.
+        let order: Vec<String> = p.moves().map(|m| format!("{}/{}", m.ns, m.shard)).collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted);
+    }
+
+    #[test]
+    fn the_plan_is_deterministic_whatever_the_input_order() {
+        let req = request();
+        let mut shuffled = req.clone();
+        shuffled.shards.reverse();
+        shuffled.cells.reverse();
+        shuffled.regions.reverse();
+        assert_eq!(plan(&req).unwrap(), plan(&shuffled).unwrap());
+        assert_eq!(plan(&req).unwrap().to_json(), plan(&req).unwrap().to_json());
+    }
+
+    #[test]
+    fn wave_size_limits_every_wave() {
+        for max_wave in 1..=6 {
+            let mut req = request();
+            req.max_wave = max_wave;
+            let p = plan(&req).unwrap();
+            assert_eq!(p.waves.len(), 5usize.div_ceil(max_wave));
+            assert!(p.waves.iter().all(|w| !w.moves.is_empty() && w.moves.len() <= max_wave));
+            assert_eq!(p.waves.iter().map(|w| w.index).collect::<Vec<_>>(), (0..p.waves.len()).collect::<Vec<_>>());
+        }
+        let mut req = request();
+        req.max_wave = 0;
+        assert_eq!(plan(&req), Err(PlanError::ZeroWaveSize));
+    }
+
+    #[test]
+    fn unknown_region_is_refused() {
+        let mut req = request();
+        req.evacuate = RegionId::new("mars").unwrap();
+        assert_eq!(plan(&req), Err(PlanError::UnknownRegion(RegionId::new("mars").unwrap())));
+    }
+
+    #[test]
+    fn nothing_to_move_is_refused() {
+        let mut req = request();
+        req.evacuate = RegionId::new("ap-south").unwrap();
+        assert!(matches!(plan(&req), Err(PlanError::NothingToMove(_))));
+    }
+
+    #[test]
+    fn not_enough_capacity_says_how_much_is_missing() {
+        let mut req = request();
+        req.cells[4].capacity_keys = 300; // ap-south-1; us-east-1 has 500 free
+        let err = plan(&req).unwrap_err();
+        assert_eq!(err, PlanError::NotEnoughCapacity { needed: 1100, available: 800, missing: 300 });
+        assert!(err.to_string().contains("300 missing"), "{err}");
+    }
+
+    #[test]
+    fn a_shard_larger_than_any_free_space_is_refused() {
+        let mut req = request();
+        req.shards[0].keys = 700;
+        req.shards[1].keys = 100;
+        req.cells[4].capacity_keys = 600; // ap-south-1: 600 free
+        req.cells[2].capacity_keys = 1100; // us-east-1: 600 free
+                                           // 700 + 100 + 200 + 100 + 100 = 1200 to move, 1200 free, no cell has 700.
+        let err = plan(&req).unwrap_err();
+        assert!(matches!(err, PlanError::ShardDoesNotFit { keys: 700, largest_free: 600, missing: 100, .. }), "{err}");
+    }
+
+    #[test]
+    fn no_healthy_target_is_refused() {
+        let mut req = request();
+        req.cells[2].healthy = false;
+        req.cells[4].healthy = false;
+        assert!(matches!(plan(&req), Err(PlanError::NoHealthyTarget(_))));
+        // Healthy cells in a draining region are no targets either.
+        let mut req = request();
+        req.regions[1].state = RegionState::Draining;
+        req.regions[2].state = RegionState::Evacuated;
+        assert!(matches!(plan(&req), Err(PlanError::NoHealthyTarget(_))));
+    }
+
+    #[test]
+    fn rollback_reverses_every_move_and_round_trips() {
+        let p = plan(&request()).unwrap();
+        let back = p.rollback();
+        assert_eq!(back.kind, PlanKind::Rollback);
+        assert_eq!(back.moves().count(), p.moves().count());
+        for m in back.moves() {
+            assert!(m.to_region.as_str() == "eu-west" && m.from_region.as_str() != "eu-west");
+            let orig = p.moves().find(|o| o.ns == m.ns && o.shard == m.shard).unwrap();
+            assert_eq!((&orig.from_cell, &orig.to_cell), (&m.to_cell, &m.from_cell));
+        }
+        assert!(back.waves.iter().all(|w| w.moves.len() <= p.max_wave));
+        // Rolling back a rollback gives the original moves back.
+        let twice = back.rollback();
+        assert_eq!(twice.kind, PlanKind::Evacuate);
+        assert_eq!(twice.moves().collect::<Vec<_>>(), p.moves().collect::<Vec<_>>());
+        assert_eq!(Plan::from_json(&p.to_json()).unwrap(), p);
+    }
+
+    #[test]
+    fn markdown_lists_every_wave_and_move() {
+        let p = plan(&request()).unwrap();
+        let md = p.to_markdown();
+        assert!(md.starts_with("# Evacuate eu-west"), "{md}");
+        assert_eq!(md.matches("## Wave ").count(), 3, "{md}");
+        assert!(md.contains("| payments/s0 | 400 | 3 | eu-west-1 (eu-west) | ap-south-1 (ap-south) |"), "{md}");
+    }
+}

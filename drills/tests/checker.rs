@@ -1,0 +1,418 @@
+//! The safety checker: a clean history, one planted violation of each kind, histories
+//! whose only "violation" needs an unknown operation to be absent, and a property test
+//! over random legal histories of a single fenced lock with a mutation that must go red.
+
+use holdfast_core::{
+    CellId, EndReason, Epoch, FencingToken, LockName, NamespaceName, RegionId, Seq, SessionId, ShardName,
+};
+use holdfast_drills::checker::{check, CheckReport, ViolationKind};
+use holdfast_drills::history::{EventKind, History, LockKey, OpId, SessionRef};
+use proptest::prelude::*;
+
+fn lock(name: &str) -> LockKey {
+    LockKey { ns: NamespaceName::new("payments").unwrap(), name: LockName::new(name).unwrap() }
+}
+
+fn session(id: u64) -> SessionRef {
+    SessionRef { cell: CellId::new("us-east-1").unwrap(), id: SessionId(id) }
+}
+
+fn tok(epoch: u32, seq: u64) -> FencingToken {
+    FencingToken::new(Epoch(epoch), Seq(seq)).unwrap()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Answer {
+    Ok,
+    Failed,
+    Unknown,
+    /// No completion line at all (the drill ended first).
+    Silent,
+}
+
+/// Builds a history one line at a time, 10 ms apart.
+#[derive(Default)]
+struct Rec {
+    h: History,
+    t: u64,
+    op: u64,
+}
+
+impl Rec {
+    fn ev(&mut self, kind: EventKind) {
+        self.t += 10;
+        self.h.push(self.t, 1_700_000_000_000 + self.t, kind);
+    }
+    fn op(&mut self) -> OpId {
+        self.op += 1;
+        OpId(self.op)
+    }
+    fn invoke_grant(&mut self, l: &LockKey, s: u64) -> OpId {
+        let op = self.op();
+        self.ev(EventKind::GrantInvoked { op, lock: l.clone(), session: session(s) });
+        op
+    }
+    fn answer_grant(&mut self, op: OpId, l: &LockKey, s: u64, token: FencingToken, a: Answer) {
+        match a {
+            Answer::Ok => self.ev(EventKind::GrantOk {
+                op,
+                lock: l.clone(),
+                session: session(s),
+                token,
+                region: RegionId::new("us-east").unwrap(),
+                cell: CellId::new("us-east-1").unwrap(),
+            }),
+            Answer::Failed => self.ev(EventKind::GrantFailed { op, code: "LOCK_HELD".into() }),
+            Answer::Unknown => self.ev(EventKind::GrantUnknown { op }),
+            Answer::Silent => {}
+        }
+    }
+    fn grant(&mut self, l: &LockKey, s: u64, token: FencingToken, a: Answer) {
+        let op = self.invoke_grant(l, s);
+        self.answer_grant(op, l, s, token, a);
+    }
+    fn invoke_write(&mut self, l: &LockKey, token: FencingToken) -> OpId {
+        let op = self.op();
+        self.ev(EventKind::WriteAttempt { op, lock: l.clone(), token, resource: "ledger".into() });
+        op
+    }
+    fn answer_write(&mut self, op: OpId, a: Answer) {
+        match a {
+            Answer::Ok => self.ev(EventKind::WriteAccepted { op }),
+            Answer::Failed => self.ev(EventKind::WriteRejected { op }),
+            Answer::Unknown => self.ev(EventKind::WriteUnknown { op }),
+            Answer::Silent => {}
+        }
+    }
+    fn write(&mut self, l: &LockKey, token: FencingToken, a: Answer) {
+        let op = self.invoke_write(l, token);
+        self.answer_write(op, a);
+    }
+    fn release(&mut self, l: &LockKey, s: u64, token: FencingToken, a: Answer) {
+        let op = self.op();
+        self.ev(EventKind::ReleaseInvoked { op, lock: l.clone(), session: session(s), token });
+        match a {
+            Answer::Ok => self.ev(EventKind::ReleaseOk { op }),
+            Answer::Failed => self.ev(EventKind::ReleaseFailed { op, code: "NOT_HOLDER".into() }),
+            Answer::Unknown => self.ev(EventKind::ReleaseUnknown { op }),
+            Answer::Silent => {}
+        }
+    }
+    fn observe(&mut self, l: &LockKey, epoch: u32, holders: Vec<FencingToken>) {
+        let since_ms = self.t + 1;
+        self.ev(EventKind::HolderObserved { lock: l.clone(), since_ms, epoch: Epoch(epoch), holders });
+    }
+    fn expired(&mut self, s: u64) {
+        let at_ms = self.t;
+        self.ev(EventKind::SessionExpired { session: session(s), at_ms });
+    }
+    fn serving(&mut self, cell: &str, epoch: u32, from_ms: u64, until_ms: Option<u64>) {
+        self.ev(EventKind::CellServing {
+            cell: CellId::new(cell).unwrap(),
+            ns: NamespaceName::new("payments").unwrap(),
+            shard: ShardName::default_shard(),
+            epoch: Epoch(epoch),
+            from_ms,
+            until_ms,
+        });
+    }
+}
+
+/// A drill in miniature: a holder, a failover with an epoch bump, a new holder whose
+/// writes win, the old holder's stale write refused, clean releases and expiries.
+fn clean() -> Rec {
+    let l = lock("batch-9921");
+    let mut r = Rec::default();
+    r.serving("us-east-1", 1, 0, Some(500));
+    r.grant(&l, 1, tok(1, 50311), Answer::Ok);
+    r.write(&l, tok(1, 50311), Answer::Ok);
+    r.observe(&l, 1, vec![tok(1, 50311)]);
+    r.expired(1);
+    r.grant(&l, 2, tok(1, 50312), Answer::Ok);
+    r.write(&l, tok(1, 50312), Answer::Ok);
+    r.write(&l, tok(1, 50311), Answer::Failed); // the zombie, fenced
+    r.ev(EventKind::HoldEnded { lock: l.clone(), token: tok(1, 50312), reason: EndReason::Moved });
+    r.serving("eu-west-1", 2, 600, None);
+    r.grant(&l, 3, tok(2, 1), Answer::Ok);
+    r.write(&l, tok(2, 1), Answer::Ok);
+    r.write(&l, tok(1, 50312), Answer::Failed);
+    r.observe(&l, 2, vec![tok(2, 1)]);
+    r.release(&l, 3, tok(2, 1), Answer::Ok);
+    r.observe(&l, 2, vec![]);
+    r
+}
+
+fn only(report: &CheckReport, kind: ViolationKind) {
+    assert!(report.malformed.is_empty(), "{:?}", report.malformed);
+    assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+    assert_eq!(report.violations[0].kind, kind, "{:#?}", report.violations);
+}
+
+#[test]
+fn a_clean_history_has_no_violations() {
+    let r = clean();
+    let report = check(&r.h);
+    assert!(report.is_clean(), "{report:#?}");
+    // And survives the file format.
+    assert!(check(&History::from_jsonl(&r.h.to_jsonl()).unwrap()).is_clean());
+}
+
+#[test]
+fn planted_stale_write_is_found() {
+    let l = lock("batch-9921");
+    let mut r = clean();
+    // The unfenced ledger of seed 4.1: the zombie's write is accepted.
+    r.write(&l, tok(1, 50311), Answer::Ok);
+    let report = check(&r.h);
+    only(&report, ViolationKind::StaleWriteAccepted);
+    let v = &report.violations[0];
+    assert_eq!(v.events.len(), 4);
+    assert!(v.summary.contains(&tok(1, 50311).to_string()), "{}", v.summary);
+    assert!(v.summary.contains(&tok(2, 1).to_string()), "{}", v.summary);
+}
+
+#[test]
+fn stale_writes_at_different_resources_or_locks_are_not_compared() {
+    let mut r = clean();
+    let op = r.op();
+    r.ev(EventKind::WriteAttempt { op, lock: lock("batch-9921"), token: tok(1, 1), resource: "other".into() });
+    r.ev(EventKind::WriteAccepted { op });
+    r.write(&lock("another-lock"), tok(1, 1), Answer::Ok);
+    assert!(check(&r.h).is_clean());
+}
+
+#[test]
+fn planted_token_that_did_not_grow_is_found() {
+    let l = lock("batch-9921");
+    let mut r = clean();
+    r.grant(&l, 4, tok(2, 1), Answer::Ok); // a cell forced to grant twice
+    only(&check(&r.h), ViolationKind::TokenDidNotGrow);
+}
+
+#[test]
+fn the_same_grant_answered_to_a_retry_is_one_grant() {
+    let l = lock("batch-9921");
+    let mut r = Rec::default();
+    r.grant(&l, 1, tok(1, 5), Answer::Ok);
+    r.grant(&l, 1, tok(1, 5), Answer::Ok);
+    assert!(check(&r.h).is_clean());
+}
+
+#[test]
+fn planted_grant_after_expiry_is_found() {
+    let l = lock("batch-9921");
+    let mut r = clean();
+    r.grant(&l, 1, tok(2, 7), Answer::Ok); // session 1 expired long ago
+    only(&check(&r.h), ViolationKind::GrantAfterExpiry);
+}
+
+#[test]
+fn planted_lost_grant_is_found() {
+    let l = lock("batch-9921");
+    let mut r = clean();
+    r.grant(&l, 5, tok(2, 2), Answer::Ok);
+    r.ev(EventKind::FaultInjected {
+        kind: holdfast_drills::history::FaultKind::KillCellLeader,
+        target: "eu-west-1".into(),
+    });
+    r.observe(&l, 2, vec![]);
+    only(&check(&r.h), ViolationKind::AcknowledgedGrantLost);
+}
+
+#[test]
+fn planted_two_cells_serving_is_found() {
+    let mut r = clean();
+    r.serving("ap-south-1", 2, 700, Some(900)); // inside eu-west-1's open interval
+    only(&check(&r.h), ViolationKind::TwoCellsServing);
+    // Touching intervals do not overlap; another epoch is another owner.
+    let mut r = clean();
+    r.serving("ap-south-1", 1, 500, Some(550));
+    r.serving("ap-south-1", 3, 700, None);
+    assert!(check(&r.h).is_clean());
+}
+
+#[test]
+fn violations_that_need_an_unknown_op_to_be_absent_are_not_reported() {
+    let l = lock("batch-9921");
+
+    // A higher write whose answer never came, then a lower one accepted: the higher
+    // one may have been refused or never applied.
+    let mut r = Rec::default();
+    r.write(&l, tok(1, 9), Answer::Unknown);
+    r.write(&l, tok(1, 3), Answer::Ok);
+    r.write(&l, tok(1, 10), Answer::Silent);
+    r.write(&l, tok(1, 4), Answer::Ok);
+    // A lower write after an accepted higher one, with no answer: may not have applied.
+    r.write(&l, tok(1, 11), Answer::Ok);
+    r.write(&l, tok(1, 5), Answer::Unknown);
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h));
+
+    // A grant that timed out need not exist: a later, lower definite grant is fine.
+    let mut r = Rec::default();
+    r.grant(&l, 1, tok(1, 9), Answer::Unknown);
+    r.grant(&l, 2, tok(1, 3), Answer::Ok);
+    // A timed-out grant to an expired session may not have been made.
+    r.expired(2);
+    r.grant(&l, 2, tok(1, 12), Answer::Unknown);
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h));
+
+    // A hold missing from a read after a release that timed out: the release may have
+    // happened. A missing hold whose grant timed out was never acknowledged.
+    let mut r = Rec::default();
+    r.grant(&l, 1, tok(1, 1), Answer::Ok);
+    r.release(&l, 1, tok(1, 1), Answer::Unknown);
+    r.grant(&l, 2, tok(1, 2), Answer::Unknown);
+    r.observe(&l, 1, vec![]);
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h));
+
+    // A read sent before the grant was acknowledged may be linearized before it.
+    let mut r = Rec::default();
+    let op = r.invoke_grant(&l, 1);
+    let since_ms = r.t;
+    r.answer_grant(op, &l, 1, tok(1, 1), Answer::Ok);
+    r.ev(EventKind::HolderObserved { lock: l.clone(), since_ms, epoch: Epoch(1), holders: vec![] });
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h));
+
+    // Overlapping in time is not ordered: the lower write may have been applied first.
+    let mut r = Rec::default();
+    let high = r.invoke_write(&l, tok(1, 9));
+    let low = r.invoke_write(&l, tok(1, 3));
+    r.answer_write(high, Answer::Ok);
+    r.answer_write(low, Answer::Ok);
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h));
+}
+
+#[test]
+fn violations_that_hold_whichever_way_the_unknowns_went_are_reported() {
+    let l = lock("batch-9921");
+    let mut r = Rec::default();
+    r.write(&l, tok(1, 9), Answer::Ok);
+    r.write(&l, tok(1, 10), Answer::Unknown);
+    r.write(&l, tok(1, 3), Answer::Ok);
+    let report = check(&r.h);
+    only(&report, ViolationKind::StaleWriteAccepted);
+    // The witness is the definitely accepted write, never the unknown one.
+    assert!(report.violations[0].summary.contains(&tok(1, 9).to_string()));
+}
+
+#[test]
+fn a_completion_without_invocation_is_malformed() {
+    let mut r = Rec::default();
+    r.ev(EventKind::WriteAccepted { op: OpId(77) });
+    let report = check(&r.h);
+    assert!(report.violations.is_empty());
+    assert_eq!(report.malformed.len(), 1, "{report:#?}");
+}
+
+// ---- property test: random legal histories of one fenced lock ----
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// A new session acquires; the answer may be lost.
+    Grant { unknown: bool },
+    /// The holder `back` grants ago (0 = the newest) writes; the answer may be lost.
+    Write { back: usize, unknown: bool },
+    /// The newest holder's session is seen expired.
+    Expire,
+    /// Read the holders.
+    Observe,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => Just(Step::Grant { unknown: false }),
+        1 => Just(Step::Grant { unknown: true }),
+        6 => (0usize..4, prop::bool::weighted(0.2)).prop_map(|(back, unknown)| Step::Write { back, unknown }),
+        1 => Just(Step::Expire),
+        1 => Just(Step::Observe),
+    ]
+}
+
+/// Runs the model: one exclusive lock whose grants carry growing tokens (a new grant
+/// only after the previous holder expired), and a resource that accepts a write iff
+/// its token is at least the highest it has accepted.
+fn legal_history(steps: &[Step]) -> History {
+    let l = lock("the-lock");
+    let mut r = Rec::default();
+    let mut next_seq = 1;
+    let mut holders: Vec<(u64, FencingToken)> = Vec::new(); // (session, token), oldest first
+    let mut current: Option<(u64, FencingToken)> = None; // acknowledged, not expired
+    let mut max_accepted = FencingToken(0);
+    // A prefix that guarantees two accepted writes with different tokens.
+    let prefix = [Step::Grant { unknown: false }, Step::Write { back: 0, unknown: false }, Step::Expire];
+    for s in prefix.iter().chain(prefix.iter()).chain(steps) {
+        match *s {
+            Step::Grant { unknown } => {
+                if let Some((session, _)) = current.take() {
+                    r.expired(session);
+                }
+                let session = next_seq + 100;
+                let token = tok(1, next_seq);
+                next_seq += 1;
+                r.grant(&l, session, token, if unknown { Answer::Unknown } else { Answer::Ok });
+                holders.push((session, token)); // an unknown grant still happened here
+                if !unknown {
+                    current = Some((session, token));
+                }
+            }
+            Step::Write { back, unknown } => {
+                let Some(&(_, token)) = holders.iter().rev().nth(back.min(holders.len().saturating_sub(1))) else {
+                    continue;
+                };
+                let accepted = token >= max_accepted;
+                if accepted {
+                    max_accepted = token;
+                }
+                let answer = match (unknown, accepted) {
+                    (true, _) => Answer::Unknown,
+                    (false, true) => Answer::Ok,
+                    (false, false) => Answer::Failed,
+                };
+                r.write(&l, token, answer);
+            }
+            Step::Expire => {
+                if let Some((session, _)) = current.take() {
+                    r.expired(session);
+                }
+            }
+            Step::Observe => {
+                let held = current.map(|(_, t)| vec![t]).unwrap_or_default();
+                r.observe(&l, 1, held);
+            }
+        }
+    }
+    r.h
+}
+
+proptest! {
+    #[test]
+    fn legal_histories_pass(steps in prop::collection::vec(step(), 0..60)) {
+        let h = legal_history(&steps);
+        let report = check(&h);
+        prop_assert!(report.is_clean(), "{:#?}\n{}", report, h.to_jsonl());
+    }
+
+    #[test]
+    fn swapping_two_accepted_writes_is_caught(steps in prop::collection::vec(step(), 0..60), pick in any::<prop::sample::Index>()) {
+        let mut h = legal_history(&steps);
+        // Accepted writes: (line of the attempt, token).
+        let accepted: Vec<(usize, FencingToken)> = h.events.iter().enumerate().filter_map(|(i, e)| match (&e.kind, h.events.get(i + 1).map(|n| &n.kind)) {
+            (EventKind::WriteAttempt { op, token, .. }, Some(EventKind::WriteAccepted { op: done })) if op == done => Some((i, *token)),
+            _ => None,
+        }).collect();
+        let pairs: Vec<(usize, usize)> = accepted.iter().enumerate().flat_map(|(a, &(i, ti))| {
+            accepted[a + 1..].iter().filter(move |&&(_, tj)| ti < tj).map(move |&(j, _)| (i, j))
+        }).collect();
+        prop_assert!(!pairs.is_empty(), "the prefix guarantees two accepted writes with growing tokens");
+        let (i, j) = *pick.get(&pairs);
+        // Swap the two writes' order: the later (higher) write now lands first.
+        let (ti, tj) = match (&h.events[i].kind, &h.events[j].kind) {
+            (EventKind::WriteAttempt { token: ti, .. }, EventKind::WriteAttempt { token: tj, .. }) => (*ti, *tj),
+            _ => unreachable!(),
+        };
+        if let EventKind::WriteAttempt { token, .. } = &mut h.events[i].kind { *token = tj; }
+        if let EventKind::WriteAttempt { token, .. } = &mut h.events[j].kind { *token = ti; }
+        let report = check(&h);
+        prop_assert!(report.count(ViolationKind::StaleWriteAccepted) >= 1, "{:#?}\n{}", report, h.to_jsonl());
+    }
+}
