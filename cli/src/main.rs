@@ -5,7 +5,9 @@
 
 mod client;
 mod dev;
+mod exec;
 mod gateway_cmd;
+mod ops;
 mod registry_cmd;
 mod serve;
 
@@ -37,18 +39,33 @@ enum Cmd {
     /// Namespaces (tenants).
     #[command(subcommand)]
     Ns(client::NsCmd),
-    /// Shard placement on a cell.
+    /// Shard placement: owner, list, move (admin mode: adopt, seal, served).
     #[command(subcommand)]
     Shard(client::ShardCmd),
     /// Take, release and inspect locks.
     #[command(subcommand)]
     Lock(client::LockCmd),
+    /// Sessions of a shard.
+    #[command(subcommand)]
+    Session(ops::SessionCmd),
+    /// Regions and their state.
+    #[command(subcommand)]
+    Region(ops::RegionCmd),
+    /// Every cell node's Raft state.
+    #[command(subcommand)]
+    Cluster(ops::ClusterCmd),
+    /// Administrative actions, audited.
+    #[command(subcommand)]
+    Admin(ops::AdminCmd),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Servers log what they do; a command prints its answer and logs only trouble.
+    let serving = matches!(cli.cmd, Cmd::Cell(serve::CellCmd::Run(_)) | Cmd::Registry(_) | Cmd::Gateway(_) | Cmd::Dev(_));
+    let default_filter = if serving { "info" } else { "warn" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
         .with_writer(std::io::stderr)
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -67,6 +84,10 @@ fn main() -> ExitCode {
             Cmd::Ns(c) => client::ns(c).await,
             Cmd::Shard(c) => client::shard(c).await,
             Cmd::Lock(c) => client::lock(c).await,
+            Cmd::Session(c) => ops::session(c).await,
+            Cmd::Region(c) => ops::region(c).await,
+            Cmd::Cluster(c) => ops::cluster(c).await,
+            Cmd::Admin(c) => ops::admin(c).await,
         }
     });
     // Do not wait for lingering connections once the command is done.

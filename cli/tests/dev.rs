@@ -117,6 +117,17 @@ fn all_pids(v: &Value) -> Vec<u32> {
     pids.into_iter().map(|p| p.as_u64().expect("a pid") as u32).collect()
 }
 
+/// Runs `holdfast ARGS -o json --endpoint GRPC` and parses its answer.
+fn cli_json(grpc: &str, args: &[&str]) -> Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(args)
+        .args(["-o", "json", "--endpoint", grpc])
+        .output()
+        .expect("run holdfast");
+    assert!(out.status.success(), "holdfast {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("holdfast {args:?} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 fn http(v: &Value, region: &str) -> String {
     format!("http://{}", v["regions"][region]["gateway"]["http"].as_str().expect("gateway http address"))
 }
@@ -202,6 +213,25 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     let owner = call(&c, reqwest::Method::GET, &format!("{west}/v1/shards/demo/default/owner"), None).await;
     assert_eq!((owner["cell"].as_str(), owner["region"].as_str()), (Some("east-1"), Some("east")), "{owner}");
     let epoch = owner["epoch"].as_u64().unwrap();
+
+    eprintln!("--- the CLI against a gateway, JSON parsed");
+    let grpc = v["regions"]["west"]["gateway"]["grpc"].as_str().expect("gateway grpc address").to_owned();
+    let namespaces = cli_json(&grpc, &["ns", "list"]);
+    assert!(namespaces.as_array().unwrap().iter().any(|n| n["name"] == "demo"), "{namespaces}");
+    let o = cli_json(&grpc, &["shard", "owner", "demo", "default"]);
+    assert_eq!((o["cell"].as_str(), o["epoch"].as_u64()), (Some("east-1"), Some(epoch)), "{o}");
+    let d = cli_json(&grpc, &["lock", "describe", "--ns", "demo", "job-1"]);
+    assert_eq!(d["holders"][0]["token"].as_str(), Some(t1.to_string().as_str()), "{d}");
+    let nodes = cli_json(&grpc, &["cluster", "status"]);
+    assert_eq!(nodes.as_array().unwrap().len(), 9, "three cells of three nodes: {nodes}");
+    assert!(nodes.as_array().unwrap().iter().all(|n| n["health"] == "ok"), "{nodes}");
+    let regions = cli_json(&grpc, &["region", "list"]);
+    assert_eq!(regions.as_array().unwrap().len(), 3, "{regions}");
+    eprintln!("--- wrong arguments: a one-line error and a non-zero exit");
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast")).args(["lock", "acquire", "--ns", "nope", "x", "--endpoint", &grpc]).output().unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.trim().lines().count() == 1 && err.contains("UNKNOWN_NAMESPACE"), "{err}");
 
     eprintln!("--- SIGTERM: a clean exit, and no process left");
     let first_pids = dev.pids.clone();

@@ -1,0 +1,274 @@
+//! Operator and user commands against a gateway (any region's; `--endpoint` or
+//! `HOLDFAST_ENDPOINT`, default the playground's east gateway 127.0.0.1:7000), with
+//! `-o table|json`. JSON is for scripts (one document per command); tables for people.
+
+use clap::{Args, Subcommand, ValueEnum};
+use holdfast_proto::admin::v1 as apb;
+use holdfast_proto::lock::v1 as pb;
+use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
+use holdfast_proto::raft::v1 as raftpb;
+use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
+use holdfast_proto::registry::v1 as rpb;
+use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+use holdfast_proto::status::code_of;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tonic::transport::Channel;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+/// Where to send the command and how to print the answer.
+#[derive(Debug, Args, Clone)]
+pub struct Gw {
+    /// A gateway's gRPC address.
+    #[arg(long, env = "HOLDFAST_ENDPOINT", default_value = "127.0.0.1:7000")]
+    pub endpoint: String,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Output,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RegionCmd {
+    /// Every region and its state (active, draining, evacuated).
+    ///
+    /// Example: holdfast region list -o json
+    List {
+        #[command(flatten)]
+        gw: Gw,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCmd {
+    /// Sessions of a shard.
+    ///
+    /// Example: holdfast session list --ns demo
+    List {
+        #[command(flatten)]
+        gw: Gw,
+        #[arg(long)]
+        ns: String,
+        #[arg(long, default_value = "default")]
+        shard: String,
+    },
+    /// Close a session: its locks are released.
+    ///
+    /// Example: holdfast session close --ns demo 0x7ae9bca7d0d6fbc4
+    Close {
+        #[command(flatten)]
+        gw: Gw,
+        #[arg(long)]
+        ns: String,
+        #[arg(long, default_value = "default")]
+        shard: String,
+        /// The session id, decimal or 0x-hex.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCmd {
+    /// Break a lock: every hold ends, the token floor rises, the break is audited.
+    ///
+    /// Example: holdfast admin break-lock --ns demo job-1 --reason "holder wedged, INC-4211"
+    BreakLock {
+        #[command(flatten)]
+        gw: Gw,
+        #[arg(long)]
+        ns: String,
+        #[arg(long, default_value = "default")]
+        shard: String,
+        name: String,
+        /// Why (required): it goes to the audit record.
+        #[arg(long)]
+        reason: String,
+        /// Who, for the audit record (default: $USER).
+        #[arg(long, env = "USER", default_value = "unknown")]
+        by: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCmd {
+    /// Every cell node: leader, term, commit index, reachable or not.
+    ///
+    /// Example: holdfast cluster status
+    Status {
+        #[command(flatten)]
+        gw: Gw,
+    },
+}
+
+async fn channel(endpoint: &str) -> Result<Channel, String> {
+    Channel::from_shared(format!("http://{endpoint}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .map_err(|e| format!("cannot reach {endpoint}: {e}"))
+}
+
+/// `CODE: message`, the one-line error of every command.
+pub fn failed(s: tonic::Status) -> String {
+    format!("{}: {}", code_of(&s).map_or("UNAVAILABLE", |c| c.as_str()), s.message())
+}
+
+pub async fn registry(gw: &Gw) -> Result<RegistryServiceClient<Channel>, String> {
+    Ok(RegistryServiceClient::new(channel(&gw.endpoint).await?))
+}
+
+pub async fn locks(gw: &Gw) -> Result<LockServiceClient<Channel>, String> {
+    Ok(LockServiceClient::new(channel(&gw.endpoint).await?))
+}
+
+/// Prints `v` as JSON, or as a table: an array of objects becomes rows under the
+/// keys of its first object; an object becomes `key  value` lines.
+pub fn emit(output: Output, v: &Value) {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(v).expect("json")),
+        Output::Table => print!("{}", table(v)),
+    }
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn table(v: &Value) -> String {
+    match v {
+        Value::Array(rows) if rows.is_empty() => "(none)\n".into(),
+        Value::Array(rows) => {
+            let keys: Vec<String> = rows[0].as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+            let cells: Vec<Vec<String>> = rows.iter().map(|r| keys.iter().map(|k| cell(&r[k])).collect()).collect();
+            let widths: Vec<usize> = keys.iter().enumerate().map(|(i, k)| cells.iter().map(|r| r[i].len()).chain([k.len()]).max().unwrap_or(0)).collect();
+            let line = |vals: Vec<String>| vals.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_owned() + "\n";
+            let mut out = line(keys.iter().map(|k| k.to_uppercase()).collect());
+            for r in cells {
+                out += &line(r);
+            }
+            out
+        }
+        Value::Object(o) => {
+            let w = o.keys().map(String::len).max().unwrap_or(0);
+            o.iter().map(|(k, v)| format!("{k:<w$}  {}\n", cell(v))).collect()
+        }
+        other => format!("{}\n", cell(other)),
+    }
+}
+
+pub fn namespace_json(c: &apb::NamespaceConfig) -> Value {
+    let intent = match pb::Intent::try_from(c.intent) {
+        Ok(pb::Intent::Efficiency) => "efficiency",
+        Ok(pb::Intent::Leadership) => "leadership",
+        _ => "correctness",
+    };
+    let posture = if c.posture == pb::Posture::FailOpen as i32 { "fail-open" } else { "fail-closed" };
+    json!({ "name": c.name, "owner": c.owner, "intent": intent, "posture": posture, "ttl_min_ms": c.ttl_min_ms,
+            "ttl_max_ms": c.ttl_max_ms, "lock_delay_ms": c.lock_delay_ms, "version": c.version })
+}
+
+pub fn owner_json(o: &rpb::ShardOwner) -> Value {
+    let state = if o.state == rpb::ShardState::Moving as i32 { format!("moving to {}", o.to_cell) } else { "active".into() };
+    json!({ "ns": o.ns, "shard": o.shard, "region": o.region, "cell": o.cell, "epoch": o.epoch, "state": state })
+}
+
+pub async fn region(cmd: RegionCmd) -> Result<(), String> {
+    let RegionCmd::List { gw } = cmd;
+    let r = registry(&gw).await?.list_regions(rpb::ListRegionsRequest {}).await.map_err(failed)?.into_inner();
+    let rows: Vec<Value> = r
+        .regions
+        .iter()
+        .map(|g| {
+            let state = rpb::RegionState::try_from(g.state).map_or("unknown".to_owned(), |s| s.as_str_name().trim_start_matches("REGION_STATE_").to_lowercase());
+            json!({ "region": g.region, "state": state })
+        })
+        .collect();
+    emit(gw.output, &Value::Array(rows));
+    Ok(())
+}
+
+fn session_id(s: &str) -> Result<u64, String> {
+    let parsed = match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|_| format!("session id {s:?} is not a decimal or 0x-hex number"))
+}
+
+fn shard_ref(ns: &str, shard: &str) -> Option<pb::ShardRef> {
+    Some(pb::ShardRef { ns: ns.into(), shard: shard.into(), epoch: 0 })
+}
+
+pub async fn session(cmd: SessionCmd) -> Result<(), String> {
+    match cmd {
+        SessionCmd::List { gw, ns, shard } => {
+            let r = locks(&gw).await?.list_sessions(pb::ListSessionsRequest { shard: shard_ref(&ns, &shard) }).await.map_err(failed)?.into_inner();
+            let rows: Vec<Value> = r
+                .sessions
+                .iter()
+                .map(|s| json!({ "session": format!("{:#018x}", s.session_id), "ttl_ms": s.ttl_ms, "label": s.client_label, "holds": s.holds, "waits": s.waits }))
+                .collect();
+            emit(gw.output, &Value::Array(rows));
+        }
+        SessionCmd::Close { gw, ns, shard, id } => {
+            let session_id = session_id(&id)?;
+            locks(&gw).await?.close_session(pb::CloseSessionRequest { session_id, shard: shard_ref(&ns, &shard) }).await.map_err(failed)?;
+            emit(gw.output, &json!({ "closed": format!("{session_id:#018x}") }));
+        }
+    }
+    Ok(())
+}
+
+pub async fn admin(cmd: AdminCmd) -> Result<(), String> {
+    let AdminCmd::BreakLock { gw, ns, shard, name, reason, by } = cmd;
+    if reason.trim().is_empty() {
+        return Err("--reason must say why: it goes to the audit record".into());
+    }
+    let mut req = tonic::Request::new(pb::BreakLockRequest { shard: shard_ref(&ns, &shard), name: name.clone(), reason });
+    if let Ok(v) = by.parse() {
+        req.metadata_mut().insert("holdfast-identity", v);
+    }
+    let r = locks(&gw).await?.break_lock(req).await.map_err(failed)?.into_inner();
+    emit(gw.output, &json!({ "lock": name, "new_floor": r.new_floor.to_string(), "by": by }));
+    Ok(())
+}
+
+pub async fn cluster(cmd: ClusterCmd) -> Result<(), String> {
+    let ClusterCmd::Status { gw } = cmd;
+    let cells = registry(&gw).await?.list_cells(rpb::ListCellsRequest { region: String::new() }).await.map_err(failed)?.into_inner().cells;
+    let mut rows = Vec::new();
+    for c in &cells {
+        for m in &c.members {
+            let metrics = async {
+                let mut admin = RaftAdminClient::new(channel(&m.raft_addr).await?);
+                tokio::time::timeout(Duration::from_secs(2), admin.metrics(raftpb::MetricsRequest {}))
+                    .await
+                    .map_err(|_| "no answer".to_owned())?
+                    .map_err(failed)
+                    .map(tonic::Response::into_inner)
+            }
+            .await;
+            rows.push(match metrics {
+                Ok(x) => json!({
+                    "cell": c.cell, "region": c.region, "node": m.node_id, "state": x.server_state.to_lowercase(),
+                    "leader": if x.has_leader { Value::from(x.leader_id) } else { Value::Null },
+                    "term": x.current_term, "commit": if x.has_committed { Value::from(x.commit_index) } else { Value::Null },
+                    "health": "ok",
+                }),
+                Err(e) => json!({ "cell": c.cell, "region": c.region, "node": m.node_id, "state": "-", "leader": Value::Null,
+                                  "term": Value::Null, "commit": Value::Null, "health": format!("unreachable: {e}") }),
+            });
+        }
+    }
+    emit(gw.output, &Value::Array(rows));
+    Ok(())
+}
