@@ -4,6 +4,7 @@
 //! Commands talk gRPC; a `NOT_LEADER` answer is followed once to the hinted leader.
 
 mod client;
+mod demo;
 mod dev;
 mod exec;
 mod gateway_cmd;
@@ -57,6 +58,14 @@ enum Cmd {
     /// Administrative actions, audited.
     #[command(subcommand)]
     Admin(ops::AdminCmd),
+    /// Play the seed's timeline on a fresh playground: a paused holder's write is
+    /// fenced off, and a shard moved to another region hands out larger tokens.
+    ///
+    /// Example: holdfast demo --base-port 7600
+    Demo(demo::DemoArgs),
+    /// One worker of `holdfast demo` (started by it).
+    #[command(hide = true)]
+    DemoWorker(demo::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -88,6 +97,8 @@ fn main() -> ExitCode {
             Cmd::Region(c) => ops::region(c).await,
             Cmd::Cluster(c) => ops::cluster(c).await,
             Cmd::Admin(c) => ops::admin(c).await,
+            Cmd::Demo(a) => demo::run(a).await,
+            Cmd::DemoWorker(a) => demo::worker(a).await,
         }
     });
     // Do not wait for lingering connections once the command is done.

@@ -1,0 +1,24 @@
+//! `holdfast demo` runs the seed's timeline on a fresh playground and passes.
+
+use std::process::Command;
+
+#[test]
+fn holdfast_demo_plays_the_seed_timeline_and_passes() {
+    // 60 ports below the ephemeral range, apart from the dev test's.
+    let base = 29_300 + (std::process::id() % 40) * 64;
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast")).args(["demo", "--base-port", &base.to_string()]).output().expect("run holdfast demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "holdfast demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for step in [
+        "A writes with token",
+        "A paused (SIGSTOP)",
+        "worker B",
+        "A resumes",
+        "REJECTED",
+        "now on west-1",
+        "(epoch 2)",
+        "every step happened as expected",
+    ] {
+        assert!(stdout.contains(step), "the timeline lacks {step:?}:\n{stdout}");
+    }
+}
