@@ -6,8 +6,17 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/setup.sh
 # Incremental artifacts grow without bound in a shared target dir (they filled a
-# 90 GB disk once); CI builds without them.
+# 90 GB disk twice); CI builds without them, and clears what earlier builds left
+# when the disk runs low: incremental state and old test executables only, never
+# the dependency artifacts (RocksDB's build stays warm).
 export CARGO_INCREMENTAL=0
+free_gb=$(df -Pk "$CARGO_TARGET_DIR" 2>/dev/null | awk 'NR==2 {print int($4/1048576)}')
+if [ "${free_gb:-100}" -lt 30 ]; then
+  echo "test: ${free_gb} GB free; clearing incremental state and old test executables"
+  rm -rf "$CARGO_TARGET_DIR"/debug/incremental "$CARGO_TARGET_DIR"/mutants/debug/incremental
+  find "$CARGO_TARGET_DIR"/debug/deps "$CARGO_TARGET_DIR"/mutants/debug/deps -maxdepth 1 -type f -perm -u+x \
+    ! -name '*.so' ! -name '*.rlib' ! -name '*.rmeta' ! -name '*.d' -mmin +60 -delete 2>/dev/null || true
+fi
 # The gateway's /metrics must pass promtool (setup.sh installs it).
 export CI_REQUIRE_PROMTOOL=1
 PATH="$PATH:/opt/prometheus/usr/bin"

@@ -44,6 +44,7 @@ mod error;
 mod lock;
 mod retry;
 mod session;
+pub mod upstream;
 
 pub use client::{Client, ClientConfig};
 pub use error::{Error, LossReason};

@@ -6,7 +6,7 @@
 use crate::limits::Limits;
 use crate::placement::Placement;
 use crate::route::on_shard;
-use crate::upstream::{CallError, CALL_TIMEOUT};
+use holdfast_client::upstream::{CallError, CALL_TIMEOUT};
 use holdfast_core::metric_names as m;
 use holdfast_core::{ErrorCode, Posture, ShardKey};
 use holdfast_proto::convert::shard_key;

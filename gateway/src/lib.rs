@@ -2,8 +2,9 @@
 //!
 //! It keeps a cached view of placement fresh through the registry's ownership watch
 //! (`placement`), sends each call to the leader of its shard's cell with the epoch it
-//! believes in (`route`: `STALE_EPOCH` → refresh and retry once; `upstream`: one
-//! `NOT_LEADER` hint followed), limits acquires per namespace (`limits`), applies the
+//! believes in (`route`: `STALE_EPOCH` → refresh and retry once;
+//! `holdfast_client::upstream`: one `NOT_LEADER` hint followed), limits acquires per
+//! namespace (`limits`), applies the
 //! namespace's failure posture when the cell cannot be reached (`gateway`), and serves
 //! it all over gRPC (`grpc`, with health and reflection) and HTTP/JSON (`http`).
 //!
@@ -18,7 +19,6 @@ pub mod limits;
 pub mod placement;
 pub mod route;
 pub mod server;
-pub mod upstream;
 
 pub use config::GatewayConfig;
 pub use server::GatewayServer;

@@ -5,7 +5,7 @@
 //! view is stale. Cells and namespaces, which the watch does not carry, are re-listed
 //! every few seconds.
 
-use crate::upstream::{CallError, Upstream, CALL_TIMEOUT};
+use holdfast_client::upstream::{CallError, Upstream, CALL_TIMEOUT};
 use holdfast_core::{NamespaceConfig, NamespaceName, ShardKey};
 use holdfast_proto::convert::{namespace_from, shard_key};
 use holdfast_proto::registry::v1 as rpb;

@@ -4,7 +4,7 @@
 //! ask the registry once and retry once. Leader hints are the upstream's business.
 
 use crate::placement::{Owner, Placement};
-use crate::upstream::CallError;
+use holdfast_client::upstream::CallError;
 use holdfast_core::metric_names as m;
 use holdfast_core::{ErrorCode, ShardKey};
 use holdfast_proto::status::{code_of, status};

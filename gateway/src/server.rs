@@ -6,7 +6,7 @@ use crate::config::GatewayConfig;
 use crate::gateway::Gateway;
 use crate::grpc::{LockFront, RegistryFront};
 use crate::placement::Placement;
-use crate::upstream::Upstream;
+use holdfast_client::upstream::Upstream;
 use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
 use holdfast_proto::registry::v1::registry_service_server::RegistryServiceServer;
 use std::net::SocketAddr;

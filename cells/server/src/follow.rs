@@ -13,95 +13,48 @@ use holdfast_cell_state::{Command, Outcome};
 use holdfast_core::{Epoch, LockName, NamespaceConfig};
 use holdfast_proto::convert::{namespace_from, shard_key};
 use holdfast_proto::registry::v1 as rpb;
+use holdfast_client::upstream::{Upstream, CALL_TIMEOUT};
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use tonic::transport::Channel;
 use tracing::{info, warn};
 
-/// How long one registry call may take before the next endpoint is tried.
-const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Retry pace while the registry does not answer.
 const RETRY: Duration = Duration::from_millis(200);
 
-/// The cell's client of the registry: its configured endpoints only, the one that
-/// answered last first, following a `NOT_LEADER` hint when it names one of them.
+/// The cell's client of the registry: its configured endpoints only (see
+/// `holdfast_client::upstream`), the one that answered last first.
 #[derive(Debug)]
 pub struct RegistryLink {
     cell: String,
-    endpoints: Vec<String>,
-    /// Index of the endpoint that answered last, or the hinted leader.
-    preferred: Option<String>,
+    registry: Upstream,
 }
 
 impl RegistryLink {
     pub fn new(cell: String, endpoints: Vec<String>) -> RegistryLink {
-        RegistryLink { cell, endpoints, preferred: None }
-    }
-
-    async fn client(addr: &str) -> Option<RegistryServiceClient<Channel>> {
-        let ch = Channel::from_shared(format!("http://{addr}")).ok()?.connect_timeout(CALL_TIMEOUT).connect().await.ok()?;
-        Some(RegistryServiceClient::new(ch))
-    }
-
-    /// Calls `f` on the preferred endpoint, then the others, following one leader hint.
-    async fn call<T, F, Fut>(&mut self, what: &str, f: F) -> Result<T, String>
-    where
-        F: Fn(RegistryServiceClient<Channel>) -> Fut,
-        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        let mut order: Vec<String> = self.preferred.iter().cloned().collect();
-        order.extend(self.endpoints.iter().filter(|e| Some(*e) != self.preferred.as_ref()).cloned());
-        let mut last = format!("{what}: no registry endpoint configured");
-        let mut hinted = false;
-        let mut i = 0;
-        while i < order.len() {
-            let addr = order[i].clone();
-            i += 1;
-            let Some(c) = Self::client(&addr).await else {
-                last = format!("{what}: cannot reach the registry at {addr}");
-                continue;
-            };
-            match tokio::time::timeout(CALL_TIMEOUT, f(c)).await {
-                Ok(Ok(r)) => {
-                    self.preferred = Some(addr);
-                    return Ok(r.into_inner());
-                }
-                Ok(Err(s)) => {
-                    let hint = s.metadata().get(holdfast_raft::LEADER_METADATA).and_then(|v| v.to_str().ok()).map(str::to_owned);
-                    last = format!("{what} at {addr}: {}", s.message());
-                    // Only a configured endpoint: the cell reaches the registry the way its
-                    // operator configured (a partitioned path must stay partitioned, and a
-                    // hint names the leader as *it* is reached, which may differ).
-                    if let Some(h) = hint.filter(|h| !hinted && self.endpoints.contains(h) && *h != addr) {
-                        hinted = true;
-                        order.retain(|o| *o != h);
-                        let at = i.min(order.len());
-                        order.insert(at, h);
-                    }
-                }
-                Err(_) => last = format!("{what} at {addr}: no answer within {CALL_TIMEOUT:?}"),
-            }
-        }
-        Err(last)
+        RegistryLink { cell, registry: Upstream::new(endpoints) }
     }
 
     async fn renew(&mut self, serving: Vec<rpb::ServedShard>) -> Result<rpb::RenewOwnershipResponse, String> {
         let req = rpb::RenewOwnershipRequest { cell: self.cell.clone(), serving };
-        self.call("RenewOwnership", move |mut c| {
-            let req = req.clone();
-            async move { c.renew_ownership(req).await }
-        })
-        .await
+        self.registry
+            .call(CALL_TIMEOUT, |ch| {
+                let req = req.clone();
+                async move { RegistryServiceClient::new(ch).renew_ownership(req).await }
+            })
+            .await
+            .map_err(|e| format!("RenewOwnership: {}", e.into_status().message()))
     }
 
     async fn report_sealed(&mut self, req: rpb::ReportSealedRequest) -> Result<rpb::ReportSealedResponse, String> {
-        self.call("ReportSealed", move |mut c| {
-            let req = req.clone();
-            async move { c.report_sealed(req).await }
-        })
-        .await
+        self.registry
+            .call(CALL_TIMEOUT, |ch| {
+                let req = req.clone();
+                async move { RegistryServiceClient::new(ch).report_sealed(req).await }
+            })
+            .await
+            .map_err(|e| format!("ReportSealed: {}", e.into_status().message()))
     }
 }
 

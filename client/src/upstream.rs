@@ -1,6 +1,10 @@
 //! Calling a replicated group (a cell, the registry) through any of its members: the
 //! member that answered last first, one `NOT_LEADER` hint followed when it names a
 //! member, transport failures moving on to the next. Channels are cached per address.
+//!
+//! Used by the gateway (cells and the registry) and by cells (the registry). A hint
+//! is followed only to a configured member: a caller reaches a group the way its
+//! operator configured, so a partitioned path stays partitioned.
 
 use holdfast_core::ErrorCode;
 use holdfast_proto::status::{code_of, leader_of, status};
