@@ -43,6 +43,7 @@ mod client;
 mod error;
 mod lock;
 mod retry;
+mod keeper;
 mod session;
 pub mod upstream;
 
@@ -50,7 +51,8 @@ pub use client::{Client, ClientConfig};
 pub use error::{Error, LossReason};
 pub use lock::Lock;
 pub use retry::RetryPolicy;
-pub use session::{AcquireOptions, Session, SessionKeeper, SessionOptions};
+pub use keeper::SessionKeeper;
+pub use session::{AcquireOptions, Session, SessionOptions};
 
 pub use holdfast_core::{ErrorCode, FencingToken, LockName, Mode, SessionId, ShardKey};
 pub use tokio_util::sync::CancellationToken;

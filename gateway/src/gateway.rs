@@ -58,6 +58,26 @@ impl Gateway {
             .ok_or_else(|| status(ErrorCode::UnknownNamespace, format!("namespace {} is not known to the registry", key.ns), None))
     }
 
+    /// One unary LockService call for the shard its request names, carrying the epoch
+    /// this gateway believes in: the shared body of release, describe, list,
+    /// list_sessions and check_token.
+    async fn unary<Req, Resp, F, Fut>(&self, req: Req, shard: impl Fn(&mut Req) -> &mut Option<pb::ShardRef>, call: F) -> Result<Resp, Status>
+    where
+        Req: Clone,
+        F: Fn(LockServiceClient<Channel>, Req) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<Resp>, Status>>,
+    {
+        let mut probe = req.clone();
+        let key = shard_of(shard(&mut probe))?;
+        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
+            let mut req = req.clone();
+            *shard(&mut req) = with_epoch(&key, o.epoch);
+            call(LockServiceClient::new(ch), req)
+        })
+        .await
+        .map_err(CallError::into_status)
+    }
+
     pub async fn create_session(&self, req: pb::CreateSessionRequest) -> Result<pb::CreateSessionResponse, Status> {
         let key = shard_of(&req.shard)?;
         self.known_namespace(&key).await?;
@@ -146,58 +166,23 @@ impl Gateway {
     }
 
     pub async fn release(&self, req: pb::ReleaseRequest) -> Result<pb::ReleaseResponse, Status> {
-        let key = shard_of(&req.shard)?;
-        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
-            let mut req = req.clone();
-            req.shard = with_epoch(&key, o.epoch);
-            async move { LockServiceClient::new(ch).release(req).await }
-        })
-        .await
-        .map_err(CallError::into_status)
+        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.release(r).await }).await
     }
 
     pub async fn describe(&self, req: pb::DescribeRequest) -> Result<pb::DescribeResponse, Status> {
-        let key = shard_of(&req.shard)?;
-        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
-            let mut req = req.clone();
-            req.shard = with_epoch(&key, o.epoch);
-            async move { LockServiceClient::new(ch).describe(req).await }
-        })
-        .await
-        .map_err(CallError::into_status)
+        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.describe(r).await }).await
     }
 
     pub async fn list(&self, req: pb::ListRequest) -> Result<pb::ListResponse, Status> {
-        let key = shard_of(&req.shard)?;
-        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
-            let mut req = req.clone();
-            req.shard = with_epoch(&key, o.epoch);
-            async move { LockServiceClient::new(ch).list(req).await }
-        })
-        .await
-        .map_err(CallError::into_status)
+        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.list(r).await }).await
     }
 
     pub async fn list_sessions(&self, req: pb::ListSessionsRequest) -> Result<pb::ListSessionsResponse, Status> {
-        let key = shard_of(&req.shard)?;
-        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
-            let mut req = req.clone();
-            req.shard = with_epoch(&key, o.epoch);
-            async move { LockServiceClient::new(ch).list_sessions(req).await }
-        })
-        .await
-        .map_err(CallError::into_status)
+        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.list_sessions(r).await }).await
     }
 
     pub async fn check_token(&self, req: pb::CheckTokenRequest) -> Result<pb::CheckTokenResponse, Status> {
-        let key = shard_of(&req.shard)?;
-        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
-            let mut req = req.clone();
-            req.shard = with_epoch(&key, o.epoch);
-            async move { LockServiceClient::new(ch).check_token(req).await }
-        })
-        .await
-        .map_err(CallError::into_status)
+        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.check_token(r).await }).await
     }
 
     /// BreakLock, with the caller's identity passed on for the audit record.
