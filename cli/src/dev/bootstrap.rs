@@ -27,7 +27,7 @@ pub const DEMO_NS: &str = "demo";
 pub const DEMO_SHARD: &str = "default";
 
 /// Polls `probe` until it yields a value, `name` exits, or [`WAIT`] passes.
-async fn until<T, F, Fut>(sup: &Supervisor, name: &str, what: &str, mut probe: F) -> Result<T, String>
+pub async fn until<T, F, Fut>(sup: &Supervisor, name: &str, what: &str, mut probe: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
@@ -55,7 +55,7 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-async fn metrics(raft_addr: &str) -> Result<rpb::MetricsResponse, String> {
+pub async fn metrics(raft_addr: &str) -> Result<rpb::MetricsResponse, String> {
     let mut c = admin(raft_addr).await?;
     c.metrics(rpb::MetricsRequest {}).await.map(|r| r.into_inner()).map_err(|s| s.message().to_owned())
 }

@@ -5,6 +5,11 @@
 //! Ports, per region `r` (0-based), at `base + 20 r +`:
 //! `0` gateway gRPC, `1` gateway HTTP, `2` registry client, `3` registry Raft,
 //! `4..=6` cell nodes' client, `7..=9` cell nodes' Raft, `10..=12` cell nodes' metrics.
+//!
+//! Hosts: `127.0.0.1`, or with `--netns` region `r`'s own address `10.B.b.(r+1)` in its
+//! own network namespace, where `B.b` are the base port's two bytes (`base = 256 B + b`:
+//! 7000 is `10.27.88.0/24`), so two playgrounds with different base ports never share a
+//! subnet or an interface name. See [`NetnsLayout`].
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -24,12 +29,71 @@ pub struct Settings {
     /// Set once the registry, the cells and the demo namespace are formed: a restart
     /// does not form them again.
     pub initialized: bool,
+    /// Each region in its own network namespace (`--netns`). Absent in older dev.json
+    /// files: false.
+    #[serde(default)]
+    pub netns: bool,
 }
 
 #[derive(Debug, Clone)]
 pub struct Layout {
     pub data_dir: PathBuf,
     pub regions: Vec<RegionLayout>,
+    /// `--netns`: the bridge and each region's namespace, veth pair and address.
+    pub netns: Option<NetnsLayout>,
+}
+
+/// Names and addresses of a `--netns` playground, all derived from the base port:
+/// bridge `hf<base>br` (address `10.B.b.254/24`) in the root namespace; per region `r`
+/// a namespace `hf<base>-<region>` holding `hf<base>r<r>i` (address `10.B.b.(r+1)/24`),
+/// the peer of `hf<base>r<r>`, a port of the bridge. Interface names stay within
+/// Linux's 15 characters (`hf65535r4i` is 10).
+#[derive(Debug, Clone)]
+pub struct NetnsLayout {
+    pub bridge: String,
+    /// The bridge's address, without the prefix length.
+    pub bridge_ip: String,
+    pub regions: Vec<RegionNet>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RegionNet {
+    pub region: String,
+    pub netns: String,
+    /// In the root namespace, a port of the bridge: `bridge link set dev <it> state 0`
+    /// cuts the region off, `state 3` heals it.
+    pub host_veth: String,
+    /// Inside the namespace, carrying `ip`.
+    pub peer_veth: String,
+    pub ip: String,
+}
+
+/// The netmask of the playground's subnet.
+pub const NETNS_PREFIX: u8 = 24;
+
+impl NetnsLayout {
+    pub fn new(base_port: u16, regions: usize) -> NetnsLayout {
+        let subnet = format!("10.{}.{}", base_port >> 8, base_port & 0xff);
+        NetnsLayout {
+            bridge: format!("hf{base_port}br"),
+            bridge_ip: format!("{subnet}.254"),
+            regions: REGION_NAMES[..regions]
+                .iter()
+                .enumerate()
+                .map(|(r, name)| RegionNet {
+                    region: (*name).to_owned(),
+                    netns: format!("hf{base_port}-{name}"),
+                    host_veth: format!("hf{base_port}r{r}"),
+                    peer_veth: format!("hf{base_port}r{r}i"),
+                    ip: format!("{subnet}.{}", r + 1),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn region(&self, name: &str) -> Option<&RegionNet> {
+        self.regions.iter().find(|r| r.region == name)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -69,7 +133,9 @@ pub struct CellSpec {
 impl Layout {
     pub fn new(data_dir: &Path, s: Settings) -> Result<Layout, String> {
         s.validate()?;
-        let addr = |r: usize, off: u16| format!("{HOST}:{}", s.base_port + PORTS_PER_REGION * r as u16 + off);
+        let netns = s.netns.then(|| NetnsLayout::new(s.base_port, s.regions));
+        let host = |r: usize| netns.as_ref().map_or(HOST.to_owned(), |n| n.regions[r].ip.clone());
+        let addr = |r: usize, off: u16| format!("{}:{}", host(r), s.base_port + PORTS_PER_REGION * r as u16 + off);
         let regions = REGION_NAMES[..s.regions]
             .iter()
             .enumerate()
@@ -104,7 +170,7 @@ impl Layout {
                 }
             })
             .collect();
-        Ok(Layout { data_dir: data_dir.to_owned(), regions })
+        Ok(Layout { data_dir: data_dir.to_owned(), regions, netns })
     }
 
     pub fn registry_nodes(&self) -> impl Iterator<Item = &NodeSpec> {
@@ -171,7 +237,7 @@ mod tests {
 
     #[test]
     fn ports_are_fixed_by_the_base_and_never_collide() {
-        let s = Settings { version: 1, base_port: 7000, regions: 3, initialized: false };
+        let s = Settings { version: 1, base_port: 7000, regions: 3, initialized: false, netns: false };
         let l = Layout::new(Path::new("/d"), s).unwrap();
         assert_eq!(l.regions[1].gateway.grpc, "127.0.0.1:7020");
         assert_eq!(l.regions[2].cell.nodes[2].metrics.as_deref(), Some("127.0.0.1:7052"));
@@ -189,5 +255,24 @@ mod tests {
         assert_eq!(all.len(), n);
         assert!(Layout::new(Path::new("/d"), Settings { base_port: 65500, ..s }).is_err());
         assert!(Layout::new(Path::new("/d"), Settings { regions: 0, ..s }).is_err());
+        assert!(l.netns.is_none());
+    }
+
+    #[test]
+    fn netns_names_and_addresses_come_from_the_base_port() {
+        let s = Settings { version: 1, base_port: 7000, regions: 3, initialized: false, netns: true };
+        let l = Layout::new(Path::new("/d"), s).unwrap();
+        let n = l.netns.as_ref().unwrap();
+        assert_eq!((n.bridge.as_str(), n.bridge_ip.as_str()), ("hf7000br", "10.27.88.254"));
+        let west = n.region("west").unwrap();
+        assert_eq!((west.netns.as_str(), west.host_veth.as_str(), west.peer_veth.as_str(), west.ip.as_str()), ("hf7000-west", "hf7000r1", "hf7000r1i", "10.27.88.2"));
+        assert_eq!(l.regions[1].gateway.grpc, "10.27.88.2:7020");
+        assert_eq!(l.regions[2].cell.nodes[0].raft, "10.27.88.3:7047");
+        assert_eq!(l.registry_endpoints(Some("west")), "10.27.88.2:7022,10.27.88.1:7002,10.27.88.3:7042");
+        let widest = NetnsLayout::new(65_000, 5);
+        assert!(widest.regions.iter().all(|r| r.host_veth.len() <= 15 && r.peer_veth.len() <= 15) && widest.bridge.len() <= 15);
+        // An old dev.json (before --netns) still loads.
+        let old: Settings = serde_json::from_str(r#"{"version":1,"base_port":7000,"regions":3,"initialized":true}"#).unwrap();
+        assert!(!old.netns);
     }
 }

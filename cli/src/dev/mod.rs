@@ -1,13 +1,16 @@
 //! `holdfast dev`: a local multi-region deployment on loopback, one OS process per
 //! node — a registry voter per region, a 3-node cell per region, a gateway per region —
-//! supervised until Ctrl-C or SIGTERM. See docs/playground.md.
+//! supervised until Ctrl-C or SIGTERM; SIGHUP restarts the processes that exited. With
+//! `--netns` each region lives in its own network namespace. See docs/playground.md.
 //!
-//! What lives where: [`layout`] derives names, ids, ports and directories; [`supervisor`]
-//! runs and stops the processes; [`bootstrap`] forms the groups, writes the registry's
-//! records on a first start and waits for readiness.
+//! What lives where: [`layout`] derives names, ids, ports, addresses and directories;
+//! [`netns`] builds and removes the namespaces and the bridge; [`supervisor`] runs,
+//! restarts and stops the processes; [`bootstrap`] forms the groups, writes the
+//! registry's records on a first start and waits for readiness.
 
 mod bootstrap;
 mod layout;
+mod netns;
 mod supervisor;
 
 use crate::serve::admin;
@@ -45,24 +48,37 @@ pub struct DevArgs {
     /// Start, take a lock through a gateway, print its token, stop everything, exit.
     #[arg(long)]
     once: bool,
+    /// Put each region in its own Linux network namespace, on a bridge, so a region can
+    /// be cut off (`bridge link set dev <host_veth> state 0`). Needs root and `ip`. A data
+    /// directory created with it keeps it.
+    #[arg(long)]
+    netns: bool,
 }
 
 pub async fn run(a: DevArgs) -> Result<(), String> {
     // Installed first: a SIGTERM during start-up must stop the children too.
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    // Also installed first: SIGHUP's default would end the supervisor.
+    let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
 
+    if a.netns {
+        netns::preflight()?;
+    }
     let data_dir = match a.data_dir {
         Some(d) => d,
         None => {
             // Refuse bad flags before leaving a directory behind.
-            defaults(a.base_port, a.regions).validate()?;
+            defaults(a.base_port, a.regions, a.netns).validate()?;
             fresh_dir()?
         }
     };
     std::fs::create_dir_all(&data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
     let data_dir = data_dir.canonicalize().map_err(|e| format!("{}: {e}", data_dir.display()))?;
-    let settings = settings(&data_dir, a.base_port, a.regions)?;
+    let settings = settings(&data_dir, a.base_port, a.regions, a.netns)?;
+    if settings.netns && !a.netns {
+        netns::preflight()?;
+    }
     let layout = Layout::new(&data_dir, settings)?;
     // Stale pids are dangerous to a drill (a pid may be reused): endpoints.json exists
     // only while this deployment is up and ready.
@@ -72,6 +88,10 @@ pub async fn run(a: DevArgs) -> Result<(), String> {
 
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let mut sup = Supervisor::new(exe, &layout.logs_dir())?;
+    if let Some(n) = &layout.netns {
+        netns::setup(n).await?;
+        println!("network namespaces: bridge {} ({}/{}), one namespace per region", n.bridge, n.bridge_ip, layout::NETNS_PREFIX);
+    }
     // `None`: a signal came first; stopping then is what was asked for.
     let started = tokio::select! {
         r = start(&mut sup, &layout, settings) => Some(r),
@@ -87,14 +107,26 @@ pub async fn run(a: DevArgs) -> Result<(), String> {
             _ = int.recv() => Ok(()),
         },
         Some(Ok(())) => {
-            println!("Ctrl-C (or SIGTERM) stops everything.");
+            println!("Ctrl-C (or SIGTERM) stops everything; SIGHUP (pid {}) restarts what exited.", std::process::id());
             loop {
                 tokio::select! {
                     _ = term.recv() => break,
                     _ = int.recv() => break,
+                    _ = hup.recv() => {
+                        let done = tokio::select! {
+                            r = restart_exited(&mut sup, &layout) => Some(r),
+                            _ = term.recv() => None,
+                            _ = int.recv() => None,
+                        };
+                        match done {
+                            None => break,
+                            Some(Ok(names)) => info!(restarted = ?names, "SIGHUP: restart done"),
+                            Some(Err(e)) => warn!(error = %e, "SIGHUP: restart incomplete"),
+                        }
+                    }
                     e = sup.next_exit() => {
-                        // A drill may have killed it on purpose; endpoints.json has its argv.
-                        warn!(name = %e.name, status = %e.status, "process exited; not restarted");
+                        // A drill may have killed it on purpose: SIGHUP brings it back.
+                        warn!(name = %e.name, status = %e.status, "process exited; not restarted (SIGHUP restarts it)");
                     }
                 }
             }
@@ -104,6 +136,10 @@ pub async fn run(a: DevArgs) -> Result<(), String> {
     println!("stopping {} processes", sup.procs().len());
     let killed = sup.stop_all(STOP_DEADLINE).await;
     let _ = std::fs::remove_file(layout.endpoints_file());
+    if let Some(n) = &layout.netns {
+        // Every process is gone (stopped or SIGKILLed and reaped): nothing uses them.
+        netns::teardown(n).await;
+    }
     if !killed.is_empty() {
         eprintln!("holdfast dev: killed after the deadline: {}", killed.join(", "));
     }
@@ -120,25 +156,34 @@ fn fresh_dir() -> Result<PathBuf, String> {
 
 /// The settings a data directory was created with; flags that contradict them are an
 /// error (Raft members are known by their addresses).
-fn settings(data_dir: &Path, base_port: Option<u16>, regions: Option<usize>) -> Result<Settings, String> {
+/// `--netns` given to a directory created without it is refused; a directory created
+/// with it keeps it whether or not the flag is repeated (its members' addresses are the
+/// namespaces' addresses).
+fn settings(data_dir: &Path, base_port: Option<u16>, regions: Option<usize>, netns: bool) -> Result<Settings, String> {
     match Settings::read(data_dir)? {
         Some(s) => {
-            if base_port.is_some_and(|p| p != s.base_port) || regions.is_some_and(|r| r != s.regions) {
+            if base_port.is_some_and(|p| p != s.base_port) || regions.is_some_and(|r| r != s.regions) || (netns && !s.netns) {
                 return Err(format!(
-                    "{} was created with --base-port {} --regions {}: start it with those (or use a new --data-dir)",
+                    "{} was created with --base-port {} --regions {}{}: start it with those (or use a new --data-dir)",
                     data_dir.display(),
                     s.base_port,
-                    s.regions
+                    s.regions,
+                    if s.netns { " --netns" } else { " (without --netns)" },
                 ));
             }
             Ok(s)
         }
-        None => Ok(defaults(base_port, regions)),
+        None => Ok(defaults(base_port, regions, netns)),
     }
 }
 
-fn defaults(base_port: Option<u16>, regions: Option<usize>) -> Settings {
-    Settings { version: SETTINGS_VERSION, base_port: base_port.unwrap_or(7000), regions: regions.unwrap_or(3), initialized: false }
+fn defaults(base_port: Option<u16>, regions: Option<usize>, netns: bool) -> Settings {
+    Settings { version: SETTINGS_VERSION, base_port: base_port.unwrap_or(7000), regions: regions.unwrap_or(3), initialized: false, netns }
+}
+
+/// The network namespace a region's processes run in (`--netns`).
+fn netns_of<'a>(layout: &'a Layout, region: &str) -> Option<&'a str> {
+    layout.netns.as_ref().and_then(|n| n.region(region)).map(|r| r.netns.as_str())
 }
 
 async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings) -> Result<(), String> {
@@ -147,13 +192,13 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings) ->
         let n = &r.registry;
         let mut args = strings(&["registry", "run", "--region", &r.name]);
         args.extend(node_args(n));
-        sup.spawn(&n.name, Tier::Registry, args)?;
+        sup.spawn(&n.name, Tier::Registry, args, netns_of(layout, &r.name))?;
     }
     for r in &layout.regions {
         for n in &r.cell.nodes {
             let mut args = strings(&["cell", "run", "--cell", &r.cell.name, "--region", &r.name, "--registry", &all_registry]);
             args.extend(node_args(n));
-            sup.spawn(&n.name, Tier::Cell, args)?;
+            sup.spawn(&n.name, Tier::Cell, args, netns_of(layout, &r.name))?;
         }
     }
     for r in &layout.regions {
@@ -162,7 +207,7 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings) ->
             "gateway", "run", "--region", &r.name, "--registry", &layout.registry_endpoints(Some(&r.name)), "--grpc-addr", &g.grpc, "--http-addr",
             &g.http,
         ]);
-        sup.spawn(&g.name, Tier::Gateway, args)?;
+        sup.spawn(&g.name, Tier::Gateway, args, netns_of(layout, &r.name))?;
     }
 
     println!("{}", if settings.initialized { "restarting an existing deployment" } else { "forming a new deployment" });
@@ -179,8 +224,7 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings) ->
     }
     bootstrap::gateways_ready(sup, layout).await?;
     bootstrap::demo_shard_served(sup, layout).await?;
-    let endpoints = endpoints(sup, layout);
-    layout::write_atomic(&layout.endpoints_file(), &serde_json::to_string_pretty(&endpoints).expect("json"))?;
+    write_endpoints(sup, layout)?;
     print_table(sup, layout);
     println!("endpoints: {}", layout.endpoints_file().display());
     println!("demo namespace `{DEMO_NS}`, shard `{DEMO_SHARD}` on {}; try:", layout.regions[0].cell.name);
@@ -216,6 +260,60 @@ fn log_of(sup: &Supervisor, name: &str) -> Option<PathBuf> {
     sup.procs().iter().find(|p| p.name == name).map(|p| p.log.clone())
 }
 
+fn write_endpoints(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
+    layout::write_atomic(&layout.endpoints_file(), &serde_json::to_string_pretty(&endpoints(sup, layout)).expect("json"))
+}
+
+/// SIGHUP: starts every process that has exited again (same command line, log file and
+/// network namespace), waits until each is up — a node's RaftAdmin answers, a
+/// gateway's /readyz says 200 — and rewrites endpoints.json with the new pids (also
+/// when one does not come up: then its pid there is of a dead process, and the error
+/// says why). Returns the names restarted.
+async fn restart_exited(sup: &mut Supervisor, layout: &Layout) -> Result<Vec<String>, String> {
+    let names = sup.exited_names();
+    if names.is_empty() {
+        info!("SIGHUP: every process is running");
+        return Ok(names);
+    }
+    for name in &names {
+        let pid = sup.respawn(name)?;
+        info!(name, pid, "restarted");
+    }
+    let mut errors = Vec::new();
+    for name in &names {
+        if let Err(e) = wait_up(sup, layout, name).await {
+            errors.push(e);
+        }
+    }
+    write_endpoints(sup, layout)?;
+    if errors.is_empty() {
+        Ok(names)
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Until `name` answers: a node's RaftAdmin Metrics, a gateway's /readyz.
+async fn wait_up(sup: &Supervisor, layout: &Layout, name: &str) -> Result<(), String> {
+    for r in &layout.regions {
+        if r.gateway.name == name {
+            let http = &r.gateway.http;
+            return bootstrap::until(sup, name, &format!("{name} /readyz"), || async {
+                match bootstrap::http_status(http, "/readyz").await? {
+                    200 => Ok(()),
+                    other => Err(format!("HTTP {other}")),
+                }
+            })
+            .await;
+        }
+        if let Some(n) = std::iter::once(&r.registry).chain(&r.cell.nodes).find(|n| n.name == name) {
+            return bootstrap::until(sup, name, &format!("{name} to answer RaftAdmin on {}", n.raft), || async { bootstrap::metrics(&n.raft).await.map(|_| ()) })
+                .await;
+        }
+    }
+    Err(format!("no process {name} in the layout"))
+}
+
 /// endpoints.json (format in docs/playground.md).
 fn endpoints(sup: &Supervisor, layout: &Layout) -> Value {
     let mut regions = serde_json::Map::new();
@@ -230,27 +328,36 @@ fn endpoints(sup: &Supervisor, layout: &Layout) -> Value {
             }),
         );
     }
+    let netns = layout.netns.as_ref().map(|n| {
+        let regions: serde_json::Map<String, Value> = n
+            .regions
+            .iter()
+            .map(|r| (r.region.clone(), json!({ "netns": r.netns, "host_veth": r.host_veth, "veth": r.peer_veth, "ip": r.ip })))
+            .collect();
+        json!({ "bridge": n.bridge, "bridge_ip": n.bridge_ip, "prefix_len": layout::NETNS_PREFIX, "regions": regions })
+    });
     json!({
         "version": 1,
         "data_dir": layout.data_dir,
         "supervisor_pid": std::process::id(),
         "registry_endpoints": layout.registry_endpoints(None),
         "demo": { "ns": DEMO_NS, "shard": DEMO_SHARD, "cell": layout.regions[0].cell.name },
+        "netns": netns,
         "regions": regions,
     })
 }
 
 fn print_table(sup: &Supervisor, layout: &Layout) {
     let pid = |name: &str| sup.pid(name).map(|p| p.to_string()).unwrap_or_default();
-    println!("{:<9} {:<14} {:<8} {:<4} {:<16} {:<16} {:<16} {}", "ROLE", "NAME", "REGION", "ID", "CLIENT/GRPC", "RAFT", "HTTP", "PID");
+    println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "ROLE", "NAME", "REGION", "ID", "CLIENT/GRPC", "RAFT", "HTTP", "PID");
     for r in &layout.regions {
         let g = &r.gateway;
-        println!("{:<9} {:<14} {:<8} {:<4} {:<16} {:<16} {:<16} {}", "gateway", g.name, r.name, "-", g.grpc, "-", g.http, pid(&g.name));
+        println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "gateway", g.name, r.name, "-", g.grpc, "-", g.http, pid(&g.name));
         let n = &r.registry;
-        println!("{:<9} {:<14} {:<8} {:<4} {:<16} {:<16} {:<16} {}", "registry", n.name, r.name, n.node_id, n.client, n.raft, "-", pid(&n.name));
+        println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "registry", n.name, r.name, n.node_id, n.client, n.raft, "-", pid(&n.name));
         for n in &r.cell.nodes {
             let m = n.metrics.as_deref().unwrap_or("-");
-            println!("{:<9} {:<14} {:<8} {:<4} {:<16} {:<16} {:<16} {}", "cell", n.name, r.name, n.node_id, n.client, n.raft, m, pid(&n.name));
+            println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "cell", n.name, r.name, n.node_id, n.client, n.raft, m, pid(&n.name));
         }
     }
 }

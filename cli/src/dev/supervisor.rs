@@ -2,6 +2,13 @@
 //! when one exits, and stop them all — SIGTERM by tier (gateways, cells, registry), then
 //! SIGKILL whatever outlives the deadline.
 //!
+//! A process that exits is not restarted on its own; [`Supervisor::respawn`] starts it
+//! again with the same command line, log file and network namespace when asked (SIGHUP
+//! to `holdfast dev`).
+//!
+//! With `--netns` a region's processes run as `ip netns exec <netns> <exe> <args>`:
+//! `ip` enters the namespace and execs, so the pid we get is the node's own.
+//!
 //! Children get their own process group, so a Ctrl-C in the terminal reaches only the
 //! supervisor, which then stops them in order (a second SIGINT would make a node exit
 //! without its clean shutdown).
@@ -29,7 +36,10 @@ pub struct Proc {
     pub tier: Tier,
     pub pid: u32,
     pub log: PathBuf,
+    /// The whole command line: `[ip netns exec <netns>] <exe> <args>`.
     pub argv: Vec<String>,
+    pub netns: Option<String>,
+    args: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -66,12 +76,42 @@ impl Supervisor {
         self.procs.iter().find(|p| p.name == name).map(|p| p.pid)
     }
 
-    /// Starts `<exe> <args>` as `name`, appending its output to its log file.
-    pub fn spawn(&mut self, name: &str, tier: Tier, args: Vec<String>) -> Result<u32, String> {
+    /// Starts `<exe> <args>` as `name` (inside network namespace `netns` if given),
+    /// appending its output to its log file.
+    pub fn spawn(&mut self, name: &str, tier: Tier, args: Vec<String>, netns: Option<&str>) -> Result<u32, String> {
         let log = self.logs.join(format!("{name}.log"));
-        let open = || std::fs::OpenOptions::new().create(true).append(true).open(&log).map_err(|e| format!("{}: {e}", log.display()));
-        let mut cmd = tokio::process::Command::new(&self.exe);
-        cmd.args(&args).stdin(Stdio::null()).stdout(open()?).stderr(open()?).process_group(0).kill_on_drop(true);
+        let mut argv = match netns {
+            Some(ns) => vec!["ip".to_owned(), "netns".into(), "exec".into(), ns.to_owned()],
+            None => Vec::new(),
+        };
+        argv.push(self.exe.display().to_string());
+        argv.extend(args.iter().cloned());
+        let pid = self.start(name, &argv, &log)?;
+        let p = Proc { name: name.to_owned(), tier, pid, log, argv, netns: netns.map(str::to_owned), args };
+        match self.procs.iter_mut().find(|p| p.name == name) {
+            Some(old) => *old = p,
+            None => self.procs.push(p),
+        }
+        Ok(pid)
+    }
+
+    /// Starts `name` again as it was started before (same command line, log file and
+    /// network namespace). Returns its new pid.
+    pub fn respawn(&mut self, name: &str) -> Result<u32, String> {
+        let p = self.procs.iter().find(|p| p.name == name).ok_or_else(|| format!("no process {name}"))?;
+        let (tier, args, netns) = (p.tier, p.args.clone(), p.netns.clone());
+        self.spawn(name, tier, args, netns.as_deref())
+    }
+
+    /// The names of the processes that have exited, in start order.
+    pub fn exited_names(&self) -> Vec<String> {
+        self.procs.iter().filter(|p| self.exited(&p.name).is_some()).map(|p| p.name.clone()).collect()
+    }
+
+    fn start(&mut self, name: &str, argv: &[String], log: &Path) -> Result<u32, String> {
+        let open = || std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(|e| format!("{}: {e}", log.display()));
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(open()?).stderr(open()?).process_group(0).kill_on_drop(true);
         // A user's HOLDFAST_* settings are for the CLI; every child is configured by its
         // flags alone (and a stray key would fail their strict configs).
         for (k, _) in std::env::vars_os() {
@@ -95,9 +135,6 @@ impl Supervisor {
             states.lock().expect("states").insert(owned.clone(), Some(status.clone()));
             let _ = tx.send(Exit { name: owned, status });
         });
-        let mut argv = vec![self.exe.display().to_string()];
-        argv.extend(args);
-        self.procs.push(Proc { name: name.to_owned(), tier, pid, log, argv });
         Ok(pid)
     }
 
