@@ -95,12 +95,22 @@ pub enum AdminCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCmd {
-    /// Every cell node: leader, term, commit index, reachable or not.
+    /// Every registry voter and every cell node: state, leader, term, commit index,
+    /// reachable or not.
     ///
-    /// Example: holdfast cluster status
+    /// Cell nodes come from the registry (through the gateway). The registry's own voters
+    /// are not listed by any gateway API: give one voter's Raft address with
+    /// `--registry-raft` (the playground's: `jq -r .regions.east.registry.raft
+    /// endpoints.json`) and the others are found in its Raft membership.
+    ///
+    /// Example: holdfast cluster status --registry-raft 127.0.0.1:7003
     Status {
         #[command(flatten)]
         gw: Gw,
+        /// Raft addresses of registry voters (comma-separated; one that answers is
+        /// enough). Without it only cell nodes are listed.
+        #[arg(long, env = "HOLDFAST_REGISTRY_RAFT", value_delimiter = ',')]
+        registry_raft: Vec<String>,
     },
 }
 
@@ -242,33 +252,75 @@ pub async fn admin(cmd: AdminCmd) -> Result<(), String> {
     Ok(())
 }
 
+/// A Raft node's RaftAdmin Metrics, within 2 s.
+async fn raft_metrics(raft_addr: &str) -> Result<raftpb::MetricsResponse, String> {
+    let mut admin = RaftAdminClient::new(channel(raft_addr).await?);
+    tokio::time::timeout(Duration::from_secs(2), admin.metrics(raftpb::MetricsRequest {}))
+        .await
+        .map_err(|_| format!("no answer from {raft_addr}"))?
+        .map_err(failed)
+        .map(tonic::Response::into_inner)
+}
+
+/// One row of `cluster status`; `region` is unknown (null) for registry voters: their
+/// Raft membership does not say; `node` is null for a `--registry-raft` address that
+/// did not answer.
+fn node_row(group: &str, cell: Option<&str>, region: Option<&str>, node: Option<u64>, raft: &str, m: &Result<raftpb::MetricsResponse, String>) -> Value {
+    let head = json!({ "group": group, "cell": cell, "region": region, "node": node, "raft": raft });
+    let tail = match m {
+        Ok(x) => json!({
+            "state": x.server_state.to_lowercase(),
+            "leader": if x.has_leader { Value::from(x.leader_id) } else { Value::Null },
+            "term": x.current_term, "commit": if x.has_committed { Value::from(x.commit_index) } else { Value::Null },
+            "health": "ok",
+        }),
+        Err(e) => json!({ "state": "-", "leader": Value::Null, "term": Value::Null, "commit": Value::Null, "health": format!("unreachable: {e}") }),
+    };
+    let mut row = head.as_object().cloned().unwrap_or_default();
+    row.extend(tail.as_object().cloned().unwrap_or_default());
+    Value::Object(row)
+}
+
+/// The registry's voters and learners, from the Raft membership of the first of
+/// `seeds` that answers; a row per node. If none answers, a row per seed says so.
+async fn registry_rows(seeds: &[String]) -> Vec<Value> {
+    let mut failures = Vec::new();
+    for seed in seeds {
+        let first = match raft_metrics(seed).await {
+            Ok(m) => m,
+            Err(e) => {
+                failures.push(node_row("registry", None, None, None, seed, &Err(e)));
+                continue;
+            }
+        };
+        let nodes = first.membership.as_ref().map(|ms| ms.nodes.clone()).unwrap_or_default();
+        let mut ids: Vec<u64> = nodes.keys().copied().collect();
+        ids.sort_unstable();
+        let mut rows = Vec::new();
+        for id in ids {
+            let raft = &nodes[&id].raft_addr;
+            let metrics = if id == first.node_id { Ok(first.clone()) } else { raft_metrics(raft).await };
+            rows.push(node_row("registry", None, None, Some(id), raft, &metrics));
+        }
+        return rows;
+    }
+    failures
+}
+
 pub async fn cluster(cmd: ClusterCmd) -> Result<(), String> {
-    let ClusterCmd::Status { gw } = cmd;
+    let ClusterCmd::Status { gw, registry_raft } = cmd;
+    let seeds: Vec<String> = registry_raft.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
     let cells = registry(&gw).await?.list_cells(rpb::ListCellsRequest { region: String::new() }).await.map_err(failed)?.into_inner().cells;
-    let mut rows = Vec::new();
+    let mut rows = registry_rows(&seeds).await;
     for c in &cells {
         for m in &c.members {
-            let metrics = async {
-                let mut admin = RaftAdminClient::new(channel(&m.raft_addr).await?);
-                tokio::time::timeout(Duration::from_secs(2), admin.metrics(raftpb::MetricsRequest {}))
-                    .await
-                    .map_err(|_| "no answer".to_owned())?
-                    .map_err(failed)
-                    .map(tonic::Response::into_inner)
-            }
-            .await;
-            rows.push(match metrics {
-                Ok(x) => json!({
-                    "cell": c.cell, "region": c.region, "node": m.node_id, "state": x.server_state.to_lowercase(),
-                    "leader": if x.has_leader { Value::from(x.leader_id) } else { Value::Null },
-                    "term": x.current_term, "commit": if x.has_committed { Value::from(x.commit_index) } else { Value::Null },
-                    "health": "ok",
-                }),
-                Err(e) => json!({ "cell": c.cell, "region": c.region, "node": m.node_id, "state": "-", "leader": Value::Null,
-                                  "term": Value::Null, "commit": Value::Null, "health": format!("unreachable: {e}") }),
-            });
+            let metrics = raft_metrics(&m.raft_addr).await;
+            rows.push(node_row("cell", Some(&c.cell), Some(&c.region), Some(m.node_id), &m.raft_addr, &metrics));
         }
     }
     emit(gw.output, &Value::Array(rows));
+    if seeds.is_empty() && matches!(gw.output, Output::Table) {
+        eprintln!("(registry voters not shown: pass --registry-raft <a voter's Raft address>)");
+    }
     Ok(())
 }
