@@ -1,7 +1,8 @@
 //! `holdfast dev` end to end, as a user meets it: start the playground as a process,
 //! take a lock through a gateway's HTTP API, stop it with SIGTERM (clean exit, no
 //! process left), start it again on the same data directory, and find the namespace,
-//! the shard's owner and the token floor where they were.
+//! the shard's owner and the token floor where they were. In between, a node killed
+//! with SIGKILL comes back on SIGHUP to the supervisor.
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -38,6 +39,17 @@ impl Dev {
 
     fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
+    }
+
+    /// endpoints.json as it is now (it exists while the playground is up).
+    fn reload(&mut self, data: &Path) -> Value {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(data.join("endpoints.json")).expect("endpoints.json")).expect("endpoints.json parses");
+        for p in all_pids(&v) {
+            if !self.pids.contains(&p) {
+                self.pids.push(p);
+            }
+        }
+        v
     }
 
     /// Waits for endpoints.json, which `holdfast dev` writes once everything is ready.
@@ -89,6 +101,15 @@ impl Drop for Dev {
                 kill("KILL", *p);
             }
         }
+    }
+}
+
+/// Polls `cond` every 100 ms until it holds, failing after [`WAIT`].
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < end, "not within {WAIT:?}: {what}");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -224,7 +245,14 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     assert_eq!(d["holders"][0]["token"].as_str(), Some(t1.to_string().as_str()), "{d}");
     let nodes = cli_json(&grpc, &["cluster", "status"]);
     assert_eq!(nodes.as_array().unwrap().len(), 9, "three cells of three nodes: {nodes}");
-    assert!(nodes.as_array().unwrap().iter().all(|n| n["health"] == "ok"), "{nodes}");
+    assert!(nodes.as_array().unwrap().iter().all(|n| n["health"] == "ok" && n["group"] == "cell"), "{nodes}");
+    let voter = v["regions"]["west"]["registry"]["raft"].as_str().unwrap();
+    let all = cli_json(&grpc, &["cluster", "status", "--registry-raft", voter]);
+    let voters: Vec<&Value> = all.as_array().unwrap().iter().filter(|n| n["group"] == "registry").collect();
+    assert_eq!((voters.len(), all.as_array().unwrap().len()), (3, 12), "three registry voters found from one: {all}");
+    assert!(voters.iter().all(|n| n["health"] == "ok" && n["term"].as_u64().is_some()), "{all}");
+    assert_eq!(voters.iter().filter(|n| n["state"] == "leader").count(), 1, "one registry leader: {all}");
+    assert!(voters.iter().all(|n| n["leader"] == voters[0]["leader"]), "the voters agree on the leader: {all}");
     let regions = cli_json(&grpc, &["region", "list"]);
     assert_eq!(regions.as_array().unwrap().len(), 3, "{regions}");
     eprintln!("--- wrong arguments: a one-line error and a non-zero exit");
@@ -232,6 +260,34 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.trim().lines().count() == 1 && err.contains("UNKNOWN_NAMESPACE"), "{err}");
+
+    eprintln!("--- kill -9 a cell node, SIGHUP the supervisor: it comes back, nothing else restarts");
+    let node = |v: &Value| v["regions"]["west"]["cells"][0]["nodes"][1].clone();
+    let old = node(&v)["pid"].as_u64().unwrap() as u32;
+    kill("KILL", old);
+    wait_for("the killed node to die", || !alive(old));
+    kill("HUP", dev.pid());
+    let mut v3 = Value::Null;
+    wait_for("endpoints.json to name a new, live pid for west-1-n2", || {
+        v3 = dev.reload(&data);
+        node(&v3)["pid"].as_u64().is_some_and(|p| p as u32 != old && alive(p as u32))
+    });
+    let others = |v: &Value| all_pids(v).into_iter().filter(|p| *p != node(v)["pid"].as_u64().unwrap() as u32).collect::<Vec<_>>();
+    assert_eq!(others(&v3), others(&v), "only the killed node restarted");
+    let end = Instant::now() + WAIT;
+    loop {
+        // The supervisor waits for its RaftAdmin before rewriting endpoints.json; here
+        // it also rejoins its cell.
+        let nodes = cli_json(&grpc, &["cluster", "status"]);
+        let n2 = nodes.as_array().unwrap().iter().find(|n| n["cell"] == "west-1" && n["node"] == 2).cloned().unwrap();
+        if n2["health"] == "ok" && n2["leader"].as_u64().is_some() {
+            break;
+        }
+        assert!(Instant::now() < end, "west-1 node 2 did not rejoin its cell: {n2}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let s3 = session(&c, &west, 30_000).await;
+    acquire(&c, &west, "job-after-hup", &s3, 0).await;
 
     eprintln!("--- SIGTERM: a clean exit, and no process left");
     let first_pids = dev.pids.clone();

@@ -270,7 +270,7 @@ fn write_endpoints(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
 /// when one does not come up: then its pid there is of a dead process, and the error
 /// says why). Returns the names restarted.
 async fn restart_exited(sup: &mut Supervisor, layout: &Layout) -> Result<Vec<String>, String> {
-    let names = sup.exited_names();
+    let names = sup.exited_names().await;
     if names.is_empty() {
         info!("SIGHUP: every process is running");
         return Ok(names);

@@ -103,8 +103,14 @@ impl Supervisor {
         self.spawn(name, tier, args, netns.as_deref())
     }
 
-    /// The names of the processes that have exited, in start order.
-    pub fn exited_names(&self) -> Vec<String> {
+    /// The names of the processes that have exited, in start order. A process that is
+    /// dead but not yet reaped (a `kill -9` just before the SIGHUP) counts: its exit is
+    /// waited for, up to 2 s.
+    pub async fn exited_names(&self) -> Vec<String> {
+        let end = Instant::now() + Duration::from_secs(2);
+        while self.procs.iter().any(|p| self.running(&p.name) && !alive(p.pid)) && Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         self.procs.iter().filter(|p| self.exited(&p.name).is_some()).map(|p| p.name.clone()).collect()
     }
 
@@ -186,6 +192,12 @@ impl Supervisor {
             }
         }
     }
+}
+
+/// Neither gone nor a zombie.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))))
 }
 
 fn describe(s: ExitStatus) -> String {
