@@ -6,6 +6,7 @@
 mod client;
 mod demo;
 mod dev;
+mod drill;
 mod exec;
 mod gateway_cmd;
 mod ops;
@@ -58,6 +59,9 @@ enum Cmd {
     /// Administrative actions, audited.
     #[command(subcommand)]
     Admin(ops::AdminCmd),
+    /// Drills: evacuate a region, inject faults, run a checked drill.
+    #[command(subcommand)]
+    Drill(drill::DrillCmd),
     /// Play the seed's timeline on a fresh playground: a paused holder's write is
     /// fenced off, and a shard moved to another region hands out larger tokens.
     ///
@@ -72,7 +76,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Servers log what they do; a command prints its answer and logs only trouble.
     let serving = matches!(cli.cmd, Cmd::Cell(serve::CellCmd::Run(_)) | Cmd::Registry(_) | Cmd::Gateway(_) | Cmd::Dev(_));
-    let default_filter = if serving { "info" } else { "warn" };
+    // A drill provokes warnings on purpose (stale tokens, lost sessions): its report
+    // says what happened.
+    let drilling = matches!(cli.cmd, Cmd::Drill(_));
+    let default_filter = if serving { "info" } else if drilling { "error" } else { "warn" };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
         .with_writer(std::io::stderr)
@@ -97,6 +104,7 @@ fn main() -> ExitCode {
             Cmd::Region(c) => ops::region(c).await,
             Cmd::Cluster(c) => ops::cluster(c).await,
             Cmd::Admin(c) => ops::admin(c).await,
+            Cmd::Drill(c) => drill::run(c).await,
             Cmd::Demo(a) => demo::run(a).await,
             Cmd::DemoWorker(a) => demo::worker(a).await,
         }

@@ -1,0 +1,533 @@
+//! `holdfast drill evacuate`: the runtime of `holdfast_drills::evacuation`.
+//!
+//! The state machine decides; this module performs its actions against the registry
+//! (through any gateway that answers), feeds back what it observes, and saves the
+//! progress after every step (`<state-dir>/evacuate.json`, or `rollback.json`), so a
+//! driver killed half-way is resumed by the next run, and `--abort` from another
+//! terminal (or after a crash) stops it leaving every shard with exactly one owner.
+//!
+//! Region state: the evacuated region is set `draining` before the first wave (the
+//! registry then places nothing new there), `evacuated` when verified, and `active`
+//! again on an abort or before a rollback.
+
+use super::playground::{channel, Playground, Reg};
+use super::record::Recorder;
+use clap::Args;
+use holdfast_core::{CellId, Epoch, NamespaceName, RegionId, ShardName};
+use holdfast_drills::evacuation::{verify_owners, Action, Evacuation, Input, OwnerView, Phase, ShardState};
+use holdfast_drills::history::EventKind;
+use holdfast_drills::plan::{self, CellInfo, Plan, PlanKind, PlanRequest, RegionInfo, RegionState, ShardPlacement};
+use holdfast_proto::admin::v1 as apb;
+use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
+use holdfast_proto::raft::v1 as raftpb;
+use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
+use holdfast_proto::registry::v1 as rpb;
+use holdfast_proto::status::code_of;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+const POLL: Duration = Duration::from_millis(250);
+/// How long a wave's targets may stay unhealthy before the evacuation aborts.
+const HEALTH_GATE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Args)]
+pub struct EvacuateArgs {
+    /// The playground's data directory (its endpoints.json says where the gateways are).
+    #[arg(long, env = "HOLDFAST_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// The region to empty (or, with --rollback, to bring shards back to).
+    #[arg(long)]
+    pub region: String,
+    /// The most shard moves in one wave.
+    #[arg(long, default_value_t = 2)]
+    pub max_wave: usize,
+    /// Keys (locks) a target cell may hold across its shards.
+    #[arg(long, default_value_t = 10_000)]
+    pub capacity_keys: u64,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Stop the evacuation (running in another process, or interrupted): moves in
+    /// flight are aborted, every shard stays with one owner.
+    #[arg(long, conflicts_with_all = ["dry_run", "rollback"])]
+    pub abort: bool,
+    /// Bring the evacuated shards home (every shard of the last evacuation's plan that
+    /// is not at its home cell).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub rollback: bool,
+    /// Plan, progress, history and report (default: <data-dir>/drills/evacuate-<region>).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Give up (and abort) after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_s: u64,
+}
+
+pub async fn run(a: EvacuateArgs) -> Result<(), String> {
+    let pg = Playground::load(&a.data_dir)?;
+    let dir = a.state_dir.clone().unwrap_or_else(|| a.data_dir.join("drills").join(format!("evacuate-{}", a.region)));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let rec = Recorder::create(&dir.join(format!("history-{}.jsonl", unix_ms())))?;
+    let ctx = Ctx { reg: pg.registry(), rec: rec.clone(), dir: dir.clone(), timeout: Duration::from_secs(a.timeout_s) };
+    let ev = if a.abort {
+        abort(&ctx).await?
+    } else if a.rollback {
+        rollback(&ctx, &a.region).await?
+    } else {
+        let plan = make_plan(&ctx.reg, &a.region, a.max_wave, a.capacity_keys).await?;
+        if a.dry_run {
+            println!("{}", plan.to_markdown());
+            println!("(dry run: nothing changed)");
+            return Ok(());
+        }
+        evacuate(&ctx, plan).await?
+    };
+    rec.flush();
+    let check = super::run::report(&dir, &format!("evacuation of {}", a.region), &rec.history())?;
+    print_outcome(&ev);
+    if ev.succeeded() && check.is_clean() {
+        Ok(())
+    } else if matches!(ev.phase(), Phase::Aborted { .. }) && ev.settled() {
+        Err(format!("aborted, every shard has one owner; see {}", dir.display()))
+    } else {
+        Err(format!("the evacuation did not complete cleanly; see {}", dir.display()))
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+pub fn print_outcome(ev: &Evacuation) {
+    let p = ev.progress();
+    println!("phase: {}", serde_json::to_string(&p.phase).unwrap_or_default());
+    for s in &p.shards {
+        println!("  {}/{} {} -> {} (wave {}): {}", s.ns, s.shard, s.from_cell, s.to_cell, s.wave, serde_json::to_string(&s.state).unwrap_or_default());
+    }
+    for v in &p.verification {
+        println!("  verification: {v}");
+    }
+}
+
+/// What a driver needs.
+pub struct Ctx {
+    pub reg: Reg,
+    pub rec: Arc<Recorder>,
+    pub dir: PathBuf,
+    pub timeout: Duration,
+}
+
+impl Ctx {
+    fn progress_file(&self, kind: PlanKind) -> PathBuf {
+        self.dir.join(match kind {
+            PlanKind::Evacuate => "evacuate.json",
+            PlanKind::Rollback => "rollback.json",
+        })
+    }
+
+    fn pid_file(&self) -> PathBuf {
+        self.dir.join("driver.pid")
+    }
+
+    fn abort_file(&self) -> PathBuf {
+        self.dir.join("abort-requested")
+    }
+
+    fn save(&self, ev: &Evacuation) -> Result<(), String> {
+        let f = self.progress_file(ev.progress().plan.kind);
+        let tmp = f.with_extension("json.tmp");
+        std::fs::write(&tmp, ev.to_json()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, &f).map_err(|e| format!("{}: {e}", f.display()))
+    }
+
+    fn load(&self, kind: PlanKind) -> Result<Option<holdfast_drills::evacuation::Progress>, String> {
+        let f = self.progress_file(kind);
+        match std::fs::read_to_string(&f) {
+            Ok(t) => Evacuation::progress_from_json(&t).map(Some).map_err(|e| format!("{}: {e}", f.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", f.display())),
+        }
+    }
+}
+
+fn finished(ev: &Evacuation) -> bool {
+    match ev.phase() {
+        Phase::Done => true,
+        Phase::Aborted { .. } => ev.settled(),
+        _ => false,
+    }
+}
+
+/// The registry's shards, cells (with health and keys) and regions, planned.
+pub async fn make_plan(reg: &Reg, region: &str, max_wave: usize, capacity_keys: u64) -> Result<Plan, String> {
+    let shards = reg.call(|mut c| async move { c.list_shards(rpb::ListShardsRequest::default()).await }).await.map_err(failed)?.shards;
+    let cells = reg.call(|mut c| async move { c.list_cells(rpb::ListCellsRequest::default()).await }).await.map_err(failed)?.cells;
+    let regions = reg.call(|mut c| async move { c.list_regions(rpb::ListRegionsRequest {}).await }).await.map_err(failed)?.regions;
+    let mut keys: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+    let mut infos = Vec::new();
+    for c in &cells {
+        let healthy = healthy(c).await;
+        if healthy {
+            if let Some(st) = cell_status(c).await {
+                for s in st.shards {
+                    keys.insert((c.cell.clone(), s.ns, s.shard), u64::from(s.keys));
+                }
+            }
+        }
+        infos.push(CellInfo { cell: id(CellId::new(c.cell.as_str()))?, region: id(RegionId::new(c.region.as_str()))?, healthy, capacity_keys });
+    }
+    let req = PlanRequest {
+        shards: shards
+            .iter()
+            .map(|o| {
+                Ok(ShardPlacement {
+                    ns: id(NamespaceName::new(o.ns.as_str()))?,
+                    shard: id(ShardName::new(o.shard.as_str()))?,
+                    region: id(RegionId::new(o.region.as_str()))?,
+                    cell: id(CellId::new(o.cell.as_str()))?,
+                    epoch: Epoch(o.epoch),
+                    keys: keys.get(&(o.cell.clone(), o.ns.clone(), o.shard.clone())).copied().unwrap_or(0),
+                })
+            })
+            .collect::<Result<_, String>>()?,
+        cells: infos,
+        regions: regions
+            .iter()
+            .map(|r| {
+                let state = match rpb::RegionState::try_from(r.state) {
+                    Ok(rpb::RegionState::Draining) => RegionState::Draining,
+                    Ok(rpb::RegionState::Evacuated) => RegionState::Evacuated,
+                    _ => RegionState::Active,
+                };
+                Ok(RegionInfo { region: id(RegionId::new(r.region.as_str()))?, state })
+            })
+            .collect::<Result<_, String>>()?,
+        evacuate: id(RegionId::new(region))?,
+        max_wave,
+    };
+    plan::plan(&req).map_err(|e| e.to_string())
+}
+
+fn id<T>(r: Result<T, holdfast_core::NameError>) -> Result<T, String> {
+    r.map_err(|e| e.to_string())
+}
+
+fn failed(s: tonic::Status) -> String {
+    format!("{}: {}", code_of(&s).map_or("UNAVAILABLE", |c| c.as_str()), s.message())
+}
+
+/// A cell is healthy when a majority of its members answer and agree on a leader.
+async fn healthy(c: &rpb::Cell) -> bool {
+    let mut leaders = BTreeMap::new();
+    for m in &c.members {
+        let Ok(ch) = channel(&m.raft_addr).await else { continue };
+        let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(1), RaftAdminClient::new(ch).metrics(raftpb::MetricsRequest {})).await else { continue };
+        let r = r.into_inner();
+        if r.has_leader {
+            *leaders.entry(r.leader_id).or_insert(0usize) += 1;
+        }
+    }
+    leaders.values().any(|n| *n * 2 > c.members.len())
+}
+
+async fn cell_status(c: &rpb::Cell) -> Option<apb::CellStatusResponse> {
+    for m in &c.members {
+        let Ok(ch) = channel(&m.client_addr).await else { continue };
+        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(1), CellAdminClient::new(ch).status(apb::CellStatusRequest {})).await {
+            return Some(r.into_inner());
+        }
+    }
+    None
+}
+
+async fn set_region(reg: &Reg, region: &str, state: rpb::RegionState) -> Result<(), String> {
+    let r = region.to_owned();
+    reg.call(|mut c| {
+        let r = r.clone();
+        async move { c.set_region_state(rpb::SetRegionStateRequest { region: r, state: state as i32 }).await }
+    })
+    .await
+    .map(|_| ())
+    .map_err(failed)
+}
+
+/// Starts (or resumes) an evacuation with `plan`.
+pub async fn evacuate(ctx: &Ctx, plan: Plan) -> Result<Evacuation, String> {
+    let (ev, queue) = match ctx.load(PlanKind::Evacuate)? {
+        Some(p) if p.plan.region == plan.region && !finished(&Evacuation::resume(p.clone()).0) => {
+            println!("resuming the interrupted evacuation of {} from {}", p.plan.region, ctx.progress_file(PlanKind::Evacuate).display());
+            let (ev, actions) = Evacuation::resume(p);
+            (ev, VecDeque::from(actions))
+        }
+        _ => {
+            println!("{}", plan.to_markdown());
+            std::fs::write(ctx.dir.join("plan.json"), plan.to_json()).map_err(|e| e.to_string())?;
+            std::fs::write(ctx.dir.join("plan.md"), plan.to_markdown()).map_err(|e| e.to_string())?;
+            let mut ev = Evacuation::new(plan);
+            ctx.save(&ev)?;
+            let queue = VecDeque::from(ev.step(Input::Start));
+            (ev, queue)
+        }
+    };
+    let region = ev.progress().plan.region.to_string();
+    set_region(&ctx.reg, &region, rpb::RegionState::Draining).await?;
+    let ev = drive(ctx, ev, queue).await?;
+    let state = if ev.succeeded() { rpb::RegionState::Evacuated } else { rpb::RegionState::Active };
+    set_region(&ctx.reg, &region, state).await?;
+    Ok(ev)
+}
+
+/// `--abort`: asks a running driver to stop, or (none running) resumes the saved
+/// progress and aborts it.
+pub async fn abort(ctx: &Ctx) -> Result<Evacuation, String> {
+    let Some(p) = ctx.load(PlanKind::Evacuate)? else { return Err(format!("no evacuation in {}", ctx.dir.display())) };
+    if let Some(pid) = running_driver(ctx) {
+        println!("asking the running evacuation (pid {pid}) to abort");
+        std::fs::write(ctx.abort_file(), b"abort").map_err(|e| e.to_string())?;
+        let deadline = tokio::time::Instant::now() + ctx.timeout;
+        while running_driver(ctx).is_some() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("the evacuation (pid {pid}) did not stop within {:?}", ctx.timeout));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let p = ctx.load(PlanKind::Evacuate)?.ok_or("the progress file disappeared")?;
+        return Ok(Evacuation::resume(p).0);
+    }
+    let region = p.plan.region.to_string();
+    let (mut ev, actions) = Evacuation::resume(p);
+    let mut queue = VecDeque::from(actions);
+    queue.extend(ev.step(Input::Abort { reason: "aborted by the operator".into() }));
+    let ev = drive(ctx, ev, queue).await?;
+    set_region(&ctx.reg, &region, rpb::RegionState::Active).await?;
+    Ok(ev)
+}
+
+/// `--rollback`: every shard of the last evacuation's plan that is not at its home
+/// cell goes back, in waves, from where it is now.
+pub async fn rollback(ctx: &Ctx, region: &str) -> Result<Evacuation, String> {
+    let Some(p) = ctx.load(PlanKind::Evacuate)? else { return Err(format!("no evacuation to roll back in {}", ctx.dir.display())) };
+    if !finished(&Evacuation::resume(p.clone()).0) {
+        return Err("the evacuation is still in flight: abort it first (--abort)".into());
+    }
+    if p.plan.region.as_str() != region {
+        return Err(format!("the last evacuation in {} was of {}, not {region}", ctx.dir.display(), p.plan.region));
+    }
+    let owners = owners(&ctx.reg).await?;
+    let mut plan = p.plan.rollback();
+    let mut moves: Vec<_> = plan.waves.drain(..).flat_map(|w| w.moves).collect();
+    moves.retain_mut(|m| match owners.iter().find(|o| o.ns == m.ns && o.shard == m.shard) {
+        Some(o) if o.cell != m.to_cell => {
+            m.from_cell = o.cell.clone();
+            m.from_region = o.region.clone();
+            m.epoch = o.epoch;
+            true
+        }
+        _ => false,
+    });
+    if moves.is_empty() {
+        return Err(format!("nothing to roll back: every shard of the plan is home in {region}"));
+    }
+    plan.waves = moves.chunks(plan.max_wave.max(1)).enumerate().map(|(index, c)| plan::Wave { index, moves: c.to_vec() }).collect();
+    set_region(&ctx.reg, region, rpb::RegionState::Active).await?;
+    println!("{}", plan.to_markdown());
+    let resume = ctx.load(PlanKind::Rollback)?.filter(|p| !finished(&Evacuation::resume(p.clone()).0));
+    let (ev, queue) = match resume {
+        Some(p) => {
+            let (ev, a) = Evacuation::resume(p);
+            (ev, VecDeque::from(a))
+        }
+        None => {
+            let mut ev = Evacuation::new(plan);
+            ctx.save(&ev)?;
+            let q = VecDeque::from(ev.step(Input::Start));
+            (ev, q)
+        }
+    };
+    drive(ctx, ev, queue).await
+}
+
+fn running_driver(ctx: &Ctx) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(ctx.pid_file()).ok()?.trim().parse().ok()?;
+    // Signal 0: is it alive? (A reused pid would only delay an abort; the progress
+    // file is the truth either way.)
+    let alive = std::process::Command::new("kill").args(["-0", &pid.to_string()]).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+    (alive && pid != std::process::id()).then_some(pid)
+}
+
+/// Every shard's owner, as the state machine sees owners.
+async fn owners(reg: &Reg) -> Result<Vec<OwnerView>, String> {
+    let list = reg.call(|mut c| async move { c.list_shards(rpb::ListShardsRequest::default()).await }).await.map_err(failed)?;
+    list.shards.iter().map(view).collect()
+}
+
+fn view(o: &rpb::ShardOwner) -> Result<OwnerView, String> {
+    let moving = o.state == rpb::ShardState::Moving as i32 && !o.to_cell.is_empty();
+    Ok(OwnerView {
+        ns: id(NamespaceName::new(o.ns.as_str()))?,
+        shard: id(ShardName::new(o.shard.as_str()))?,
+        region: id(RegionId::new(o.region.as_str()))?,
+        cell: id(CellId::new(o.cell.as_str()))?,
+        epoch: Epoch(o.epoch),
+        moving_to: if moving { Some(id(CellId::new(o.to_cell.as_str()))?) } else { None },
+    })
+}
+
+async fn get_owner(reg: &Reg, ns: &NamespaceName, shard: &ShardName) -> Option<OwnerView> {
+    let (n, s) = (ns.to_string(), shard.to_string());
+    let r = reg
+        .call(|mut c| {
+            let req = rpb::GetOwnerRequest { ns: n.clone(), shard: s.clone() };
+            async move { c.get_owner(req).await }
+        })
+        .await
+        .ok()?;
+    r.owner.as_ref().and_then(|o| view(o).ok())
+}
+
+/// Removes the pid file when the driver ends, however it ends.
+struct PidFile(PathBuf);
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Runs the state machine to the end: performs actions, feeds observations, polls
+/// shards in flight, honours an abort request, saves after every step.
+pub async fn drive(ctx: &Ctx, mut ev: Evacuation, mut queue: VecDeque<Action>) -> Result<Evacuation, String> {
+    std::fs::write(ctx.pid_file(), std::process::id().to_string()).map_err(|e| e.to_string())?;
+    let _pid = PidFile(ctx.pid_file());
+    let _ = std::fs::remove_file(ctx.abort_file());
+    let deadline = tokio::time::Instant::now() + ctx.timeout;
+    let mut last = (ev.phase().clone(), ev.progress().gate_passed);
+    loop {
+        while let Some(a) = queue.pop_front() {
+            for input in perform(ctx, &ev, a).await {
+                queue.extend(ev.step(input));
+                last = waves(ctx, &ev, last);
+                ctx.save(&ev)?;
+            }
+        }
+        if finished(&ev) {
+            return Ok(ev);
+        }
+        let timed_out = tokio::time::Instant::now() > deadline;
+        if ctx.abort_file().exists() || timed_out {
+            let _ = std::fs::remove_file(ctx.abort_file());
+            if matches!(ev.phase(), Phase::Aborted { .. }) && timed_out {
+                return Err("the abort did not settle before the deadline: some shard is still moving; rerun with --abort".into());
+            }
+            let reason = if timed_out { "timed out" } else { "aborted by the operator" };
+            queue.extend(ev.step(Input::Abort { reason: reason.into() }));
+            last = waves(ctx, &ev, last);
+            ctx.save(&ev)?;
+            continue;
+        }
+        let in_flight: Vec<_> = ev.progress().shards.iter().filter(|s| matches!(s.state, ShardState::Moving { .. })).map(|s| (s.ns.clone(), s.shard.clone())).collect();
+        for (ns, shard) in in_flight {
+            if let Some(v) = get_owner(&ctx.reg, &ns, &shard).await {
+                queue.extend(ev.step(Input::Owner(v)));
+                last = waves(ctx, &ev, last);
+                ctx.save(&ev)?;
+            }
+        }
+        if queue.is_empty() {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// Records a wave's start (its gate passed) and end (the phase left it).
+fn waves(ctx: &Ctx, ev: &Evacuation, (phase, gate): (Phase, bool)) -> (Phase, bool) {
+    let now = (ev.phase().clone(), ev.progress().gate_passed);
+    if let Phase::Executing { wave } = phase {
+        if gate && now.0 != phase {
+            ctx.rec.record(EventKind::WaveEnded { wave: wave as u32 });
+        }
+    }
+    if let Phase::Executing { wave } = now.0 {
+        if now.1 && !(gate && phase == now.0) {
+            ctx.rec.record(EventKind::WaveStarted { wave: wave as u32 });
+        }
+    }
+    now
+}
+
+async fn perform(ctx: &Ctx, ev: &Evacuation, action: Action) -> Vec<Input> {
+    match action {
+        Action::WaitHealthy { wave } => {
+            let targets: Vec<String> = ev.progress().shards.iter().filter(|s| s.wave == wave).map(|s| s.to_cell.to_string()).collect();
+            let deadline = tokio::time::Instant::now() + HEALTH_GATE;
+            loop {
+                let cells = ctx.reg.call(|mut c| async move { c.list_cells(rpb::ListCellsRequest::default()).await }).await.map(|r| r.cells).unwrap_or_default();
+                let mut sick = Vec::new();
+                for t in &targets {
+                    match cells.iter().find(|c| &c.cell == t) {
+                        Some(c) if healthy(c).await => {}
+                        _ => sick.push(t.clone()),
+                    }
+                }
+                if sick.is_empty() {
+                    return vec![Input::Healthy { healthy: true }];
+                }
+                if tokio::time::Instant::now() > deadline {
+                    sick.sort();
+                    sick.dedup();
+                    return vec![Input::Abort { reason: format!("wave {wave}: targets not healthy for {HEALTH_GATE:?}: {}", sick.join(", ")) }];
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        Action::MoveShard { ns, shard, to_cell } => {
+            let req = rpb::MoveShardRequest { ns: ns.to_string(), shard: shard.to_string(), to_cell: to_cell.to_string(), planned: true };
+            match ctx.reg.call(|mut c| {
+                let req = req.clone();
+                async move { c.move_shard(req).await }
+            })
+            .await
+            {
+                Ok(r) => r.owner.as_ref().and_then(|o| view(o).ok()).map(Input::Owner).into_iter().collect(),
+                // In progress, or unknown: observe the owner instead.
+                Err(s) if matches!(code_of(&s).map(|c| c.as_str()), None | Some("MOVING") | Some("UNAVAILABLE") | Some("NOT_LEADER")) => {
+                    get_owner(&ctx.reg, &ns, &shard).await.map(Input::Owner).into_iter().collect()
+                }
+                Err(s) => vec![Input::MoveRefused { ns, shard, reason: failed(s) }],
+            }
+        }
+        Action::AbortMove { ns, shard, epoch } => {
+            let req = rpb::AbortMoveRequest { ns: ns.to_string(), shard: shard.to_string(), epoch: epoch.0 };
+            // A repeated abort, or one that lost the race with the move's end, is
+            // refused harmlessly: the owner we read next is what counts.
+            let _ = ctx
+                .reg
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.abort_move(req).await }
+                })
+                .await;
+            get_owner(&ctx.reg, &ns, &shard).await.map(Input::Owner).into_iter().collect()
+        }
+        Action::ObserveOwners { shards } => {
+            let mut out = Vec::new();
+            for (ns, shard) in shards {
+                if let Some(v) = get_owner(&ctx.reg, &ns, &shard).await {
+                    out.push(Input::Owner(v));
+                }
+            }
+            out
+        }
+        Action::Verify => {
+            let mut problems = match owners(&ctx.reg).await {
+                Ok(o) => verify_owners(&ev.progress().plan, &o),
+                Err(e) => vec![format!("cannot list owners: {e}")],
+            };
+            let check = holdfast_drills::checker::check(&ctx.rec.history());
+            problems.extend(check.violations.iter().map(|v| format!("safety: {}", v.summary)));
+            vec![Input::Verified { problems }]
+        }
+    }
+}

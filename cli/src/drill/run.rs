@@ -1,0 +1,352 @@
+//! `holdfast drill run`: one whole drill on a running playground.
+//!
+//! 1. Sets up the namespace `drill` (once): one shard per region and a second per
+//!    region, each on that region's cell.
+//! 2. Starts the observers (ownership watch, holder reads, served shards) and the
+//!    workload (SDK workers writing to the fenced resource), and waits until locks are
+//!    being granted.
+//! 3. Plays the scenario:
+//!    - `evacuate`: evacuates `--region` in waves, verifies (owners, safety checker,
+//!      the workload re-acquired on the new owners), then rolls it back;
+//!    - `partition`: cuts `--region` off (netns), moves its shards away unplanned
+//!      (after their ownership leases ran out), kills another cell's leader, heals,
+//!      restarts the killed node, and brings the shards home planned.
+//! 4. Lets the workload run on, stops everything, checks the whole history and writes
+//!    `report.md`, `report.json`, `report.svg` beside `history.jsonl` in `--out`.
+//!
+//! Exits non-zero on any violation, or if the scenario itself failed.
+
+use super::evacuate::{self, Ctx};
+use super::faults;
+use super::observe::{self, Owners};
+use super::playground::{Playground, Reg};
+use super::record::Recorder;
+use super::resource::Resource;
+use super::workload::{Spec, Tally, Workload};
+use clap::{Args, ValueEnum};
+use holdfast_drills::checker::{self, CheckReport};
+use holdfast_drills::history::{EventKind, FaultKind, History};
+use holdfast_drills::report::DrillReport;
+use holdfast_proto::admin::v1 as apb;
+use holdfast_proto::lock::v1 as pb;
+use holdfast_proto::registry::v1 as rpb;
+use holdfast_proto::status::code_of;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+pub const NS: &str = "drill";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    Evacuate,
+    Partition,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Plant {
+    /// The fenced resource accepts every write, whatever its token.
+    UnfencedResource,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The running playground's data directory.
+    #[arg(long, env = "HOLDFAST_DATA_DIR")]
+    pub data_dir: PathBuf,
+    #[arg(long, value_enum)]
+    pub scenario: Scenario,
+    /// The region to evacuate or cut off (default: the first region for `evacuate`,
+    /// the last for `partition`).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Workers taking locks.
+    #[arg(long, default_value_t = 12)]
+    pub workers: usize,
+    /// The workers' session TTL.
+    #[arg(long, default_value_t = 2000)]
+    pub ttl_ms: u64,
+    /// How long the workload runs before and after the scenario.
+    #[arg(long, default_value_t = 4)]
+    pub settle_s: u64,
+    /// How long a region stays cut off (`partition`).
+    #[arg(long, default_value_t = 10)]
+    pub cut_s: u64,
+    /// Plant a bug to prove the checker catches it (the drill then must fail).
+    #[arg(long, value_enum)]
+    pub plant: Option<Plant>,
+    /// Where history.jsonl and the report go (default: <data-dir>/drills/run-<time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Checks a history and writes its report into `dir`.
+pub fn report(dir: &Path, title: &str, history: &History) -> Result<CheckReport, String> {
+    let check = checker::check(history);
+    let r = DrillReport::build(title, history, &check);
+    for (name, text) in [("report.md", r.to_markdown()), ("report.json", r.to_json()), ("report.svg", r.to_svg())] {
+        let f = dir.join(name);
+        std::fs::write(&f, text).map_err(|e| format!("{}: {e}", f.display()))?;
+    }
+    println!("checked {} events: {} violation(s); report in {}", history.events.len(), check.violations.len(), dir.join("report.md").display());
+    for v in &check.violations {
+        println!("  VIOLATION {}: {}", v.kind, v.summary);
+    }
+    for m in &check.malformed {
+        println!("  history problem: {m}");
+    }
+    Ok(check)
+}
+
+pub async fn run(a: RunArgs) -> Result<(), String> {
+    let pg = Playground::load(&a.data_dir)?;
+    let out = a.out.clone().unwrap_or_else(|| a.data_dir.join("drills").join(format!("run-{}", std::process::id())));
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let rec = Recorder::create(&out.join("history.jsonl"))?;
+    let reg = pg.registry();
+    let shards = setup(&reg, &pg).await?;
+    println!("drill namespace `{NS}`: shards {}", shards.join(", "));
+
+    let owners = Owners::default();
+    let stop = CancellationToken::new();
+    let watch = tokio::spawn(observe::watch_ownership(reg.clone(), rec.clone(), owners.clone(), stop.clone()));
+    let spec = Spec {
+        ns: NS.into(),
+        shards: shards.clone(),
+        locks_per_shard: 1,
+        workers: a.workers,
+        ttl: Duration::from_millis(a.ttl_ms),
+        gateways: pg.regions.iter().map(|r| pg.gateways(Some(&r.name))).collect(),
+    };
+    // Holder reads stop before the workload does: stopping workers close their
+    // sessions, which ends holds without a release the history could show.
+    let stop_reads = CancellationToken::new();
+    let holders = tokio::spawn(observe::poll_holders(pg.gateways(None), spec.locks(), rec.clone(), stop_reads.clone()));
+    let serving = tokio::spawn(observe::poll_serving(pg.clone(), rec.clone(), stop.clone()));
+    wait_for(Duration::from_secs(30), "every drill shard's owner to be known", || shards.iter().all(|s| owners.cell_now(NS, s) != "unknown")).await?;
+
+    let resource = Arc::new(Resource::new("drill-ledger", a.plant == Some(Plant::UnfencedResource)));
+    let workload = Workload::start(&spec, rec.clone(), owners.clone(), resource);
+    let grants = |h: &History| h.events.iter().filter(|e| matches!(e.kind, EventKind::GrantOk { .. })).count();
+    wait_for(Duration::from_secs(30), "the workload's first grants", || grants(&rec.history()) >= shards.len()).await?;
+    tokio::time::sleep(Duration::from_secs(a.settle_s)).await;
+
+    let region = match (a.region.clone(), a.scenario) {
+        (Some(r), _) => r,
+        (None, Scenario::Evacuate) => pg.regions[0].name.clone(),
+        (None, Scenario::Partition) => pg.regions.last().map(|r| r.name.clone()).unwrap_or_default(),
+    };
+    let ctx = Ctx { reg: reg.clone(), rec: rec.clone(), dir: out.clone(), timeout: Duration::from_secs(180) };
+    let scenario = match a.scenario {
+        Scenario::Evacuate => evacuate_scenario(&ctx, &pg, &region).await,
+        Scenario::Partition => partition_scenario(&ctx, &pg, &region, Duration::from_secs(a.cut_s)).await,
+    };
+    if let Err(e) = &scenario {
+        println!("scenario failed: {e}");
+    }
+    tokio::time::sleep(Duration::from_secs(a.settle_s)).await;
+
+    stop_reads.cancel();
+    let _ = holders.await;
+    let tally: Tally = workload.stop().await;
+    stop.cancel();
+    let _ = watch.await;
+    for e in serving.await.unwrap_or_default() {
+        rec.record(e);
+    }
+    rec.flush();
+    println!(
+        "workload: {} grants, {} writes accepted, {} rejected by the fence, {} stalls past the TTL",
+        tally.grants, tally.writes_accepted, tally.writes_rejected, tally.stalls
+    );
+    let title = match a.scenario {
+        Scenario::Evacuate => format!("Drill: evacuate {region} under a fenced workload"),
+        Scenario::Partition => format!("Drill: {region} cut off, its shards failed over, a cell leader killed"),
+    };
+    let check = report(&out, &title, &rec.history())?;
+    scenario?;
+    if !check.is_clean() {
+        return Err(format!("the safety checker found {} violation(s)", check.violations.len()));
+    }
+    Ok(())
+}
+
+async fn wait_for(within: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + within;
+    while !cond() {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("timed out after {within:?} waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Creates the namespace `drill` and places two shards on each region's cell; what
+/// exists already (a rerun) is left as it is, wherever its shards are now.
+async fn setup(reg: &Reg, pg: &Playground) -> Result<Vec<String>, String> {
+    let config = apb::NamespaceConfig {
+        name: NS.into(),
+        owner: "drills".into(),
+        intent: pb::Intent::Correctness as i32,
+        posture: pb::Posture::FailClosed as i32,
+        lock_delay_ms: 500,
+        ..Default::default()
+    };
+    let known = reg.call(|mut c| async move { c.get_namespace(rpb::GetNamespaceRequest { name: NS.into() }).await }).await.is_ok();
+    if !known {
+        reg.call(|mut c| {
+            let config = config.clone();
+            async move { c.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await }
+        })
+        .await
+        .map_err(|s| format!("cannot create namespace {NS}: {}", s.message()))?;
+    }
+    let mut shards = Vec::new();
+    for (i, r) in pg.regions.iter().enumerate() {
+        let Some(cell) = r.cells.first() else { continue };
+        for k in 0..2 {
+            let shard = format!("s{}", i * 2 + k);
+            let get = rpb::GetOwnerRequest { ns: NS.into(), shard: shard.clone() };
+            let placed = reg
+                .call(|mut c| {
+                    let get = get.clone();
+                    async move { c.get_owner(get).await }
+                })
+                .await
+                .is_ok_and(|o| o.owner.is_some());
+            if !placed {
+                let req = rpb::PlaceShardRequest { ns: NS.into(), shard: shard.clone(), cell: cell.cell.clone() };
+                reg.call(|mut c| {
+                    let req = req.clone();
+                    async move { c.place_shard(req).await }
+                })
+                .await
+                .map_err(|s| format!("cannot place {NS}/{shard} on {}: {}", cell.cell, s.message()))?;
+            }
+            shards.push(shard);
+        }
+    }
+    Ok(shards)
+}
+
+/// Evacuate, verify (including: the workload took locks on every moved shard's new
+/// owner), roll back.
+async fn evacuate_scenario(ctx: &Ctx, pg: &Playground, region: &str) -> Result<(), String> {
+    pg.region(region)?;
+    let plan = evacuate::make_plan(&ctx.reg, region, 2, 10_000).await?;
+    let ev = evacuate::evacuate(ctx, plan.clone()).await?;
+    evacuate::print_outcome(&ev);
+    if !ev.succeeded() {
+        return Err(format!("the evacuation of {region} did not succeed"));
+    }
+    // Live workloads re-acquired elsewhere: a grant at a larger epoch on the new owner.
+    let moved: Vec<(String, String, u32)> = plan.moves().filter(|m| m.ns.as_str() == NS).map(|m| (m.shard.to_string(), m.to_cell.to_string(), m.epoch.0)).collect();
+    let rec = ctx.rec.clone();
+    let reacquired = || {
+        let h = rec.history();
+        moved.iter().all(|(shard, cell, epoch)| {
+            h.events.iter().any(|e| matches!(&e.kind, EventKind::GrantOk { lock, cell: c, token, .. }
+                if lock.ns.as_str() == NS && owners_shard(lock.name.as_str(), shard) && c.as_str() == cell && token.epoch().0 > *epoch))
+        })
+    };
+    wait_for(Duration::from_secs(30), "the workload to take locks on every moved shard's new owner", reacquired).await?;
+    println!("every moved shard's workload re-acquired on its new owner at a larger epoch");
+    let back = evacuate::rollback(ctx, region).await?;
+    evacuate::print_outcome(&back);
+    if !back.succeeded() {
+        return Err(format!("the rollback to {region} did not succeed"));
+    }
+    Ok(())
+}
+
+/// Whether a workload lock lives in `shard` (its name is `<shard>-job-<n>`).
+fn owners_shard(lock: &str, shard: &str) -> bool {
+    lock.strip_prefix(shard).is_some_and(|rest| rest.starts_with("-job-"))
+}
+
+/// Cut `region` off, fail its shards over (unplanned), kill another cell's leader,
+/// heal, restart the killed node, bring the shards home (planned).
+async fn partition_scenario(ctx: &Ctx, pg: &Playground, region: &str, cut_for: Duration) -> Result<(), String> {
+    let r = pg.region(region)?;
+    let home = r.cells.first().ok_or("the region has no cell")?.cell.clone();
+    let other = pg.regions.iter().find(|x| x.name != region).ok_or("a partition drill needs two regions")?;
+    let target = other.cells.first().ok_or("no target cell")?.cell.clone();
+    let list = ctx.reg.call(|mut c| async move { c.list_shards(rpb::ListShardsRequest::default()).await }).await.map_err(|s| s.message().to_owned())?;
+    let cut_shards: Vec<String> = list.shards.iter().filter(|o| o.ns == NS && o.cell == home).map(|o| o.shard.clone()).collect();
+
+    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::PartitionRegion, target: region.to_owned() });
+    faults::cut(pg, region, true)?;
+    println!("{region} cut off; failing its shards {} over to {target} (unplanned)", cut_shards.join(", "));
+    let mut result = failover(ctx, &cut_shards, &target, false).await;
+
+    if result.is_ok() {
+        let leader = faults::leader(pg, &target).await;
+        match leader {
+            Ok(n) => {
+                ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::KillCellLeader, target: n.name.clone() });
+                println!("killing {} (leader of {target}, pid {:?})", n.name, n.pid);
+                result = faults::pid_of(&n).and_then(|p| faults::signal("KILL", p));
+            }
+            Err(e) => result = Err(e),
+        }
+    }
+    tokio::time::sleep(cut_for).await;
+    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: region.to_owned() });
+    faults::cut(pg, region, false)?;
+    println!("{region} healed; restarting what was killed");
+    faults::restart(&pg.data_dir, Duration::from_secs(60)).await?;
+    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: format!("{target} leader restarted") });
+    result?;
+    // Home again, planned: the healed cell takes its shards back at a new epoch.
+    failover(ctx, &cut_shards, &home, true).await?;
+    println!("shards {} back on {home}", cut_shards.join(", "));
+    Ok(())
+}
+
+/// Moves `shards` of the drill namespace to `to` and waits until each is active there.
+async fn failover(ctx: &Ctx, shards: &[String], to: &str, planned: bool) -> Result<(), String> {
+    for shard in shards {
+        let req = rpb::MoveShardRequest { ns: NS.into(), shard: shard.clone(), to_cell: to.to_owned(), planned };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = ctx
+                .reg
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.move_shard(req).await }
+                })
+                .await;
+            match r {
+                Ok(_) => break,
+                Err(s) if code_of(&s).is_some_and(|c| c.as_str() == "MOVING") => break,
+                Err(s) if tokio::time::Instant::now() < deadline && code_of(&s).is_none_or(|c| c.as_str() == "UNAVAILABLE") => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(s) => return Err(format!("move {NS}/{shard} to {to}: {}", s.message())),
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let (n, s) = (NS.to_owned(), shard.clone());
+            let o = ctx
+                .reg
+                .call(|mut c| {
+                    let req = rpb::GetOwnerRequest { ns: n.clone(), shard: s.clone() };
+                    async move { c.get_owner(req).await }
+                })
+                .await
+                .ok()
+                .and_then(|r| r.owner);
+            if o.as_ref().is_some_and(|o| o.cell == to && o.state == rpb::ShardState::Active as i32) {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("{NS}/{shard} did not arrive on {to} within 90 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    Ok(())
+}
