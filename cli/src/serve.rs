@@ -53,6 +53,9 @@ pub struct RunArgs {
     /// Serve /metrics, /healthz and /readyz on this address.
     #[arg(long)]
     metrics_addr: Option<String>,
+    /// A planted bug for drills (`token-reuse`); debug builds only.
+    #[arg(long, hide = true)]
+    unsafe_plant: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -87,7 +90,7 @@ async fn run_node(a: RunArgs) -> Result<(), String> {
     if let Some(v) = a.client_addr {
         overrides.push(("client_addr", v));
     }
-    for (key, v) in [("cell", a.cell), ("region", a.region), ("registry_endpoints", a.registry), ("metrics_addr", a.metrics_addr)] {
+    for (key, v) in [("cell", a.cell), ("region", a.region), ("registry_endpoints", a.registry), ("metrics_addr", a.metrics_addr), ("unsafe_plant", a.unsafe_plant)] {
         if let Some(v) = v {
             overrides.push((key, v));
         }

@@ -52,6 +52,10 @@ pub struct CellConfig {
     pub snapshot_every_logs: u64,
     /// Longest a graceful shutdown may take before the process exits anyway, ms. Default 5000.
     pub shutdown_deadline_ms: u64,
+    /// A planted bug, to prove a drill's checker catches it — never in production, and
+    /// refused by release builds. `token-reuse`: grants stop advancing the token
+    /// sequence, so a lock's next holder gets the last holder's token. Default unset.
+    pub unsafe_plant: Option<String>,
 }
 
 pub use holdfast_raft::settings::ConfigError;
@@ -100,6 +104,12 @@ impl CellConfig {
                 "checkpoint_interval_ms ({}) must be between 1 and election_min_ms ({}): a leader should checkpoint before it can be deposed",
                 self.checkpoint_interval_ms, self.election_min_ms
             )));
+        }
+        match self.unsafe_plant.as_deref() {
+            None => {}
+            Some("token-reuse") if cfg!(debug_assertions) => {}
+            Some("token-reuse") => return Err(ConfigError::Invalid("unsafe_plant needs a debug build: release builds cannot plant bugs".into())),
+            Some(other) => return Err(ConfigError::Invalid(format!("unsafe_plant {other:?}: the only planted bug is \"token-reuse\""))),
         }
         for e in self.registry() {
             if e.parse::<std::net::SocketAddr>().is_err() {

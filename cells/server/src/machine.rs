@@ -97,11 +97,23 @@ impl Hooks {
 pub struct CellMachine {
     state: CellState,
     hooks: Arc<Hooks>,
+    /// A planted bug (`unsafe_plant = "token-reuse"`, debug builds only).
+    planted: bool,
 }
 
 impl CellMachine {
     pub fn new(hooks: Arc<Hooks>) -> CellMachine {
-        CellMachine { state: CellState::new(), hooks }
+        CellMachine { state: CellState::new(), hooks, planted: false }
+    }
+
+    /// A machine with the planted token-reuse bug (see
+    /// [`CellState::plant_token_reuse`]); debug builds only.
+    #[cfg(debug_assertions)]
+    pub fn planted(hooks: Arc<Hooks>) -> CellMachine {
+        let mut m = CellMachine::new(hooks);
+        m.planted = true;
+        m.state.plant_token_reuse();
+        m
     }
 
     pub fn state(&self) -> &CellState {
@@ -138,6 +150,10 @@ impl ReplicatedState for CellMachine {
 
     fn restore(&mut self, data: &[u8]) -> io::Result<()> {
         self.state = CellState::restore(data).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        #[cfg(debug_assertions)]
+        if self.planted {
+            self.state.plant_token_reuse();
+        }
         // A clock built from the old state is wrong now; the leader task rebuilds it.
         let mut clock = self.hooks.clock.lock().expect("clock lock");
         *clock = None;

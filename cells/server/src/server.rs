@@ -46,7 +46,7 @@ impl CellServer {
     pub async fn start_on(cfg: &CellConfig, raft: TcpListener, client: TcpListener) -> Result<CellServer, StartError> {
         let hooks = Hooks::new();
         let (node_cfg, client_listener) = Self::node_config(cfg, client)?;
-        let node = RaftNode::start(node_cfg, raft, CellMachine::new(hooks.clone())).await?;
+        let node = RaftNode::start(node_cfg, raft, Self::machine(cfg, &hooks)).await?;
         Ok(Self::serve(cfg, node, hooks, client_listener))
     }
 
@@ -61,8 +61,18 @@ impl CellServer {
     ) -> Result<CellServer, StartError> {
         let hooks = Hooks::new();
         let (node_cfg, client_listener) = Self::node_config(cfg, client)?;
-        let node = RaftNode::start_with_faults(node_cfg, raft, CellMachine::new(hooks.clone()), faults).await?;
+        let node = RaftNode::start_with_faults(node_cfg, raft, Self::machine(cfg, &hooks), faults).await?;
         Ok(Self::serve(cfg, node, hooks, client_listener))
+    }
+
+    fn machine(cfg: &CellConfig, hooks: &Arc<Hooks>) -> CellMachine {
+        #[cfg(debug_assertions)]
+        if cfg.unsafe_plant.is_some() {
+            tracing::warn!(plant = ?cfg.unsafe_plant, "this node runs a PLANTED BUG (a drill's checker must catch it)");
+            return CellMachine::planted(hooks.clone());
+        }
+        let _ = cfg;
+        CellMachine::new(hooks.clone())
     }
 
     fn node_config(cfg: &CellConfig, client: TcpListener) -> Result<(NodeConfig, TcpListener), StartError> {

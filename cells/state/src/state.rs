@@ -39,6 +39,11 @@ pub struct CellState {
     pub(crate) requests: BTreeMap<(SessionId, RequestId), RequestRecord>,
     pub(crate) revision: Revision,
     pub(crate) history: VecDeque<Event>,
+    /// A planted bug (debug builds only, [`CellState::plant_token_reuse`]): grants do
+    /// not advance the token sequence. Not replicated, not in snapshots: every node of
+    /// a planted cell is started with it.
+    #[serde(skip)]
+    pub(crate) planted_token_reuse: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,6 +134,15 @@ pub(crate) struct Ctx {
 impl CellState {
     pub fn new() -> CellState {
         CellState::default()
+    }
+
+    /// Plants a bug, to prove that a drill's safety checker catches it: from now on a
+    /// grant does not advance its shard's token sequence, so a lock's next holder gets
+    /// the same token as the last ("a cell forced to grant twice"). Debug builds only;
+    /// a release build has no way to turn it on.
+    #[cfg(debug_assertions)]
+    pub fn plant_token_reuse(&mut self) {
+        self.planted_token_reuse = true;
     }
 
     /// Applies one committed entry. Deterministic: the same state and entry give the
@@ -330,9 +344,12 @@ impl CellState {
     /// Gives the lock to a live session with the shard's next token.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn grant(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, session: SessionId, mode: Mode, request_id: &RequestId, value: Vec<u8>) -> FencingToken {
+        let planted = self.planted_token_reuse;
         let shard = self.shards.get_mut(key).expect("caller checked the shard");
         let token = next_token(shard).expect("caller checked the seq");
-        shard.seq = token.seq();
+        if !planted {
+            shard.seq = token.seq();
+        }
         let lock = shard.locks.entry(name.clone()).or_default();
         lock.holders.insert(
             token,

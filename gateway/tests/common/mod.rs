@@ -75,6 +75,7 @@ impl World {
                     checkpoint_interval_ms: 500,
                     snapshot_every_logs: 5_000,
                     shutdown_deadline_ms: 5_000,
+                    unsafe_plant: None,
                 };
                 let raft = TcpListener::bind("127.0.0.1:0").await.unwrap();
                 let client = TcpListener::bind("127.0.0.1:0").await.unwrap();

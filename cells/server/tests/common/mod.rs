@@ -129,6 +129,7 @@ impl TestCell {
             checkpoint_interval_ms: CHECKPOINT_MS,
             snapshot_every_logs: 5_000,
             shutdown_deadline_ms: 5_000,
+            unsafe_plant: None,
         }
     }
 
