@@ -138,11 +138,15 @@ pub async fn locks(gw: &Gw) -> Result<LockServiceClient<Channel>, String> {
 
 /// Prints `v` as JSON, or as a table: an array of objects becomes rows under the
 /// keys of its first object; an object becomes `key  value` lines.
+/// Prints the answer. A closed stdout (`holdfast shard list | head`) is not an error
+/// worth a panic: the reader has what it wanted.
 pub fn emit(output: Output, v: &Value) {
-    match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(v).expect("json")),
-        Output::Table => print!("{}", table(v)),
-    }
+    use std::io::Write as _;
+    let text = match output {
+        Output::Json => format!("{}\n", serde_json::to_string_pretty(v).expect("json")),
+        Output::Table => table(v),
+    };
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
 fn cell(v: &Value) -> String {

@@ -53,6 +53,10 @@ pub struct DevArgs {
     /// directory created with it keeps it.
     #[arg(long)]
     netns: bool,
+    /// Start every cell node with a planted bug (`token-reuse`), for proving a drill's
+    /// checker; debug builds only. Not remembered in dev.json.
+    #[arg(long, hide = true)]
+    unsafe_plant: Option<String>,
 }
 
 pub async fn run(a: DevArgs) -> Result<(), String> {
@@ -94,7 +98,7 @@ pub async fn run(a: DevArgs) -> Result<(), String> {
     }
     // `None`: a signal came first; stopping then is what was asked for.
     let started = tokio::select! {
-        r = start(&mut sup, &layout, settings) => Some(r),
+        r = start(&mut sup, &layout, settings, a.unsafe_plant.as_deref()) => Some(r),
         _ = term.recv() => None,
         _ = int.recv() => None,
     };
@@ -186,7 +190,7 @@ fn netns_of<'a>(layout: &'a Layout, region: &str) -> Option<&'a str> {
     layout.netns.as_ref().and_then(|n| n.region(region)).map(|r| r.netns.as_str())
 }
 
-async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings) -> Result<(), String> {
+async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings, plant: Option<&str>) -> Result<(), String> {
     let all_registry = layout.registry_endpoints(None);
     for r in &layout.regions {
         let n = &r.registry;
@@ -198,6 +202,9 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings) ->
         for n in &r.cell.nodes {
             let mut args = strings(&["cell", "run", "--cell", &r.cell.name, "--region", &r.name, "--registry", &all_registry]);
             args.extend(node_args(n));
+            if let Some(p) = plant {
+                args.extend(strings(&["--unsafe-plant", p]));
+            }
             sup.spawn(&n.name, Tier::Cell, args, netns_of(layout, &r.name))?;
         }
     }

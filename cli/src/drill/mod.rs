@@ -29,14 +29,16 @@ use std::path::PathBuf;
 #[derive(Debug, Subcommand)]
 pub enum DrillCmd {
     /// Evacuate a region: plan, execute in waves behind a health gate, verify.
+    ///
     /// `--dry-run` prints the plan and changes nothing; `--abort` stops a running (or
     /// interrupted) evacuation leaving every shard with one owner; `--rollback` brings
     /// the shards home. Rerunning resumes from the saved progress.
     ///
     /// Example: holdfast drill evacuate --data-dir /tmp/hf --region east --dry-run
     Evacuate(evacuate::EvacuateArgs),
-    /// A whole drill on a running playground: a fenced workload through the SDK, a
-    /// scenario (an evacuation, or a region cut off plus a cell leader killed), then
+    /// A checked drill on a running playground: workload, scenario, checker, report.
+    ///
+    /// A fenced workload runs through the SDK during a scenario (an evacuation, or a region cut off plus a cell leader killed), then
     /// the safety checker over the whole history and a report (Markdown, JSON, SVG).
     /// Exits non-zero if the checker finds a violation.
     ///

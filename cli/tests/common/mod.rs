@@ -1,0 +1,151 @@
+//! The harness the CLI's process tests share: a `holdfast dev` started as a process,
+//! condition waits with deadlines, and the few OS calls the tests make.
+#![allow(dead_code)] // each test binary uses part of it
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_holdfast");
+pub const START: Duration = Duration::from_secs(120);
+pub const STOP: Duration = Duration::from_secs(40);
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A running `holdfast dev`. Dropping it stops the supervisor and, should it have been
+/// killed before stopping them, every child it reported.
+pub struct Dev {
+    child: Option<Child>,
+    pub pids: Vec<u32>,
+}
+
+impl Dev {
+    /// `holdfast dev --data-dir <data> <args>`; output to `<data>.out-<n>`.
+    pub fn start(data: &Path, args: &[&str]) -> Dev {
+        let _ = std::fs::remove_file(data.join("endpoints.json"));
+        let n = std::fs::read_dir(data).map(|d| d.count()).unwrap_or(0);
+        let out = std::fs::File::create(data.with_extension(format!("out-{n}"))).unwrap();
+        let child = Command::new(BIN)
+            .arg("dev")
+            .arg("--data-dir")
+            .arg(data)
+            .args(args)
+            .env("RUST_LOG", "warn,holdfast::dev=info")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start holdfast dev");
+        Dev { child: Some(child), pids: Vec::new() }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// endpoints.json as it is now (it exists while the playground is up).
+    pub fn reload(&mut self, data: &Path) -> Value {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(data.join("endpoints.json")).expect("endpoints.json")).expect("endpoints.json parses");
+        for p in all_pids(&v) {
+            if !self.pids.contains(&p) {
+                self.pids.push(p);
+            }
+        }
+        v
+    }
+
+    /// Waits for endpoints.json, which `holdfast dev` writes once everything is ready.
+    pub fn endpoints(&mut self, data: &Path) -> Value {
+        let end = Instant::now() + START;
+        loop {
+            if data.join("endpoints.json").exists() {
+                return self.reload(data);
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("holdfast dev exited ({status}) before it was ready; see {}.out-*", data.display());
+            }
+            assert!(Instant::now() < end, "no endpoints.json after {START:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// SIGTERM, then the exit status within [`STOP`].
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        kill("TERM", self.pid());
+        let end = Instant::now() + STOP;
+        loop {
+            if let Some(s) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return s;
+            }
+            assert!(Instant::now() < end, "holdfast dev did not exit within {STOP:?} of SIGTERM");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill("TERM", c.id());
+            let end = Instant::now() + STOP;
+            while c.try_wait().ok().flatten().is_none() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for p in &self.pids {
+            if alive(*p) {
+                kill("KILL", *p);
+            }
+        }
+    }
+}
+
+/// Runs `holdfast <args>` to completion.
+pub fn holdfast(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).env("RUST_LOG", "error").stdin(Stdio::null()).output().expect("run holdfast")
+}
+
+/// Polls `cond` every 100 ms until it holds, failing after `within`.
+pub fn wait_for(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < end, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn kill(sig: &str, pid: u32) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).stderr(Stdio::null()).status();
+}
+
+/// Is `pid` a live process (not a zombie)?
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) S ...": the state follows the last ')'.
+        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+pub fn all_pids(v: &Value) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for r in v["regions"].as_object().expect("regions").values() {
+        pids.push(&r["gateway"]["pid"]);
+        pids.push(&r["registry"]["pid"]);
+        for c in r["cells"].as_array().unwrap() {
+            pids.extend(c["nodes"].as_array().unwrap().iter().map(|n| &n["pid"]));
+        }
+    }
+    pids.into_iter().filter_map(|p| p.as_u64()).map(|p| p as u32).collect()
+}
+
+/// Running as root (network namespaces need it).
+pub fn root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)).map(|id| id == "0"))
+        .unwrap_or(false)
+}

@@ -1,0 +1,161 @@
+//! Drills on real playgrounds (issue 8), each step a `holdfast drill` command as an
+//! SRE would type it:
+//! - under a steady fenced workload, evacuate a region (and roll it back): zero
+//!   violations, a report; then cut a region off, fail its shards over, kill a cell
+//!   leader: zero violations, a report;
+//! - an evacuation killed half-way leaves every shard with exactly one owner and a
+//!   rerun completes; an evacuation aborted from another terminal settles, and a
+//!   rerun completes;
+//! - the checker goes red on planted bugs: a fenced resource with its token check
+//!   switched off, and a cell forced to grant one token twice.
+
+mod common;
+
+use common::{holdfast, kill, root, wait_for, Dev};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn ok(args: &[&str]) -> String {
+    let out = holdfast(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "holdfast {args:?} failed: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+fn report(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).expect("report.json")).expect("report.json parses")
+}
+
+fn violations(r: &Value, kind: &str) -> usize {
+    r["violations"].as_array().expect("violations").iter().filter(|v| v["kind"] == kind).count()
+}
+
+/// Every shard the registry knows, with its owner: (ns/shard, cell, state).
+fn owners(gw: &str) -> Vec<(String, String, String)> {
+    let v: Value = serde_json::from_str(&ok(&["shard", "list", "-o", "json", "--endpoint", gw])).expect("shard list json");
+    v.as_array().unwrap().iter().map(|s| (format!("{}/{}", s["ns"].as_str().unwrap(), s["shard"].as_str().unwrap()), s["cell"].as_str().unwrap_or("").to_owned(), s["state"].as_str().unwrap_or("").to_owned())).collect()
+}
+
+/// Exactly one owner per shard, none mid-move.
+fn one_owner_each(gw: &str) {
+    let o = owners(gw);
+    let mut names: Vec<&String> = o.iter().map(|(n, _, _)| n).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), o.len(), "a shard listed twice: {o:?}");
+    for (n, cell, state) in &o {
+        assert!(!cell.is_empty() && state == "active", "{n} has no settled owner: {cell:?} {state:?}");
+    }
+}
+
+fn progress(state: &Path) -> String {
+    std::fs::read_to_string(state.join("evacuate.json")).unwrap_or_default()
+}
+
+#[test]
+fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource() {
+    if !root() {
+        eprintln!("SKIPPED: network namespaces need root (CI runs as root)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("pg");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut dev = Dev::start(&data, &["--netns", "--base-port", "8100"]);
+    let ep = dev.endpoints(&data);
+    let gw = ep["regions"]["west"]["gateway"]["grpc"].as_str().unwrap().to_owned();
+    let d = data.to_str().unwrap();
+
+    // The evacuation drill: zero violations, waves timed, the workload re-acquired on
+    // the new owners (the command checks it), everything brought home again.
+    let out = tmp.path().join("evacuate");
+    let o = out.to_str().unwrap();
+    let stdout = ok(&["drill", "run", "--data-dir", d, "--scenario", "evacuate", "--region", "east", "--settle-s", "2", "--out", o]);
+    eprintln!("{stdout}");
+    let r = report(&out);
+    assert_eq!(r["violations"].as_array().unwrap().len(), 0, "{r}");
+    assert!(!r["waves"].as_array().unwrap().is_empty(), "the report times the waves: {r}");
+    assert!(std::fs::read_to_string(out.join("report.svg")).unwrap().starts_with("<svg"));
+    let history = std::fs::read_to_string(out.join("history.jsonl")).unwrap();
+    assert!(history.lines().filter(|l| l.contains("\"write_accepted\"")).count() > 20, "a steady workload wrote to the fenced resource");
+    one_owner_each(&gw);
+    assert!(owners(&gw).iter().any(|(n, c, _)| n == "drill/s0" && c == "east-1"), "rolled back home");
+
+    // The partition drill: a region cut off (packets dropped), its shards failed over
+    // unplanned, a cell leader killed; healed, restarted, brought home.
+    let out = tmp.path().join("partition");
+    let o = out.to_str().unwrap();
+    let stdout = ok(&["drill", "run", "--data-dir", d, "--scenario", "partition", "--region", "south", "--settle-s", "2", "--cut-s", "6", "--out", o]);
+    eprintln!("{stdout}");
+    let r = report(&out);
+    assert_eq!(r["violations"].as_array().unwrap().len(), 0, "{r}");
+    let faults: Vec<&str> = r["faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert!(faults.contains(&"partition_region") && faults.contains(&"kill_cell_leader"), "{faults:?}");
+    one_owner_each(&gw);
+
+    // An evacuation killed half-way: one owner each; a rerun resumes and completes.
+    let state = tmp.path().join("evac-state");
+    let s = state.to_str().unwrap();
+    let mut driver = Command::new(common::BIN)
+        .args(["drill", "evacuate", "--data-dir", d, "--region", "east", "--max-wave", "1", "--state-dir", s])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(60), "the evacuation's first move", || progress(&state).contains("\"moving\"") || progress(&state).contains("\"moved\""));
+    kill("KILL", driver.id());
+    let _ = driver.wait();
+    assert!(progress(&state).contains("\"executing\""), "killed mid-way: {}", progress(&state));
+    wait_for(Duration::from_secs(30), "every shard settled on one owner", || owners(&gw).iter().all(|(_, _, st)| st == "active"));
+    one_owner_each(&gw);
+    let stdout = ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--state-dir", s]);
+    assert!(stdout.contains("resuming"), "{stdout}");
+    assert!(owners(&gw).iter().all(|(_, c, _)| !c.starts_with("east")), "east is empty: {:?}", owners(&gw));
+    ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--rollback", "--state-dir", s]);
+    one_owner_each(&gw);
+
+    // An evacuation aborted from another terminal: settles with one owner each; a
+    // rerun completes; roll back.
+    let mut driver = Command::new(common::BIN)
+        .args(["drill", "evacuate", "--data-dir", d, "--region", "east", "--max-wave", "1", "--state-dir", s])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(60), "the second evacuation's first move", || progress(&state).contains("\"executing\"") && (progress(&state).contains("\"moving\"") || progress(&state).contains("\"moved\"")));
+    ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--abort", "--state-dir", s]);
+    let status = driver.wait().unwrap();
+    assert!(!status.success(), "an aborted evacuation does not report success");
+    assert!(progress(&state).contains("\"aborted\""), "{}", progress(&state));
+    one_owner_each(&gw);
+    ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--state-dir", s]);
+    ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--rollback", "--state-dir", s]);
+    one_owner_each(&gw);
+
+    // Planted: the resource's token check switched off. The same drill must go red.
+    let out = tmp.path().join("planted");
+    let o = out.to_str().unwrap();
+    let planted = holdfast(&["drill", "run", "--data-dir", d, "--scenario", "partition", "--region", "south", "--settle-s", "4", "--cut-s", "4", "--plant", "unfenced-resource", "--out", o]);
+    assert!(!planted.status.success(), "a drill against an unfenced resource must fail");
+    let r = report(&out);
+    assert!(violations(&r, "stale_write_accepted") > 0, "the checker must see the stale writes: {r}");
+
+    assert!(dev.stop().success());
+}
+
+#[test]
+fn the_checker_catches_a_cell_forced_to_grant_one_token_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("pg");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut dev = Dev::start(&data, &["--base-port", "8200", "--unsafe-plant", "token-reuse"]);
+    dev.endpoints(&data);
+    let out = tmp.path().join("planted");
+    let planted = holdfast(&["drill", "run", "--data-dir", data.to_str().unwrap(), "--scenario", "evacuate", "--settle-s", "3", "--out", out.to_str().unwrap()]);
+    assert!(!planted.status.success(), "a drill against a cell that reuses tokens must fail");
+    let r = report(&out);
+    assert!(violations(&r, "token_did_not_grow") > 0, "the checker must see the reused tokens: {r}");
+    assert!(dev.stop().success());
+}
