@@ -4,143 +4,20 @@
 //! the shard's owner and the token floor where they were. In between, a node killed
 //! with SIGKILL comes back on SIGHUP to the supervisor.
 
+mod common;
+
+use common::{all_pids, alive, kill, wait_for, Dev, BIN, WAIT};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_holdfast");
-const START: Duration = Duration::from_secs(120);
-const STOP: Duration = Duration::from_secs(40);
-const WAIT: Duration = Duration::from_secs(60);
 /// Short enough to lapse soon after the restart.
 const FIRST_TTL_MS: u64 = 4_000;
 
-/// A running `holdfast dev`. Dropping it stops the supervisor and, should it have been
-/// killed before stopping them, every child it reported.
-struct Dev {
-    child: Option<Child>,
-    pids: Vec<u32>,
-}
-
-impl Dev {
-    fn start(data: &Path, base_port: Option<u16>) -> Dev {
-        let _ = std::fs::remove_file(data.join("endpoints.json"));
-        let mut cmd = Command::new(BIN);
-        cmd.arg("dev").arg("--data-dir").arg(data);
-        if let Some(p) = base_port {
-            cmd.args(["--base-port", &p.to_string()]);
-        }
-        let n = std::fs::read_dir(data).map(|d| d.count()).unwrap_or(0);
-        let out = std::fs::File::create(data.with_extension(format!("out-{n}"))).unwrap();
-        cmd.env("RUST_LOG", "warn,holdfast::dev=info").stdout(out.try_clone().unwrap()).stderr(out).stdin(Stdio::null());
-        Dev { child: Some(cmd.spawn().expect("start holdfast dev")), pids: Vec::new() }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// endpoints.json as it is now (it exists while the playground is up).
-    fn reload(&mut self, data: &Path) -> Value {
-        let v: Value = serde_json::from_str(&std::fs::read_to_string(data.join("endpoints.json")).expect("endpoints.json")).expect("endpoints.json parses");
-        for p in all_pids(&v) {
-            if !self.pids.contains(&p) {
-                self.pids.push(p);
-            }
-        }
-        v
-    }
-
-    /// Waits for endpoints.json, which `holdfast dev` writes once everything is ready.
-    fn endpoints(&mut self, data: &Path) -> Value {
-        let f = data.join("endpoints.json");
-        let end = Instant::now() + START;
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&f) {
-                let v: Value = serde_json::from_str(&text).expect("endpoints.json parses");
-                self.pids = all_pids(&v);
-                return v;
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("holdfast dev exited ({status}) before it was ready; see {}", data.with_extension("out-*").display());
-            }
-            assert!(Instant::now() < end, "no endpoints.json after {START:?}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// SIGTERM, then the exit status within [`STOP`].
-    fn stop(&mut self) -> std::process::ExitStatus {
-        kill("TERM", self.pid());
-        let end = Instant::now() + STOP;
-        loop {
-            if let Some(s) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
-                return s;
-            }
-            assert!(Instant::now() < end, "holdfast dev did not exit within {STOP:?} of SIGTERM");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill("TERM", c.id());
-            let end = Instant::now() + STOP;
-            while c.try_wait().ok().flatten().is_none() && Instant::now() < end {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for p in &self.pids {
-            if alive(*p) {
-                kill("KILL", *p);
-            }
-        }
-    }
-}
-
-/// Polls `cond` every 100 ms until it holds, failing after [`WAIT`].
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + WAIT;
-    while !cond() {
-        assert!(Instant::now() < end, "not within {WAIT:?}: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn kill(sig: &str, pid: u32) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).stderr(Stdio::null()).status();
-}
-
-/// Is `pid` a live process (not a zombie)?
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // "pid (comm) S ...": the state follows the last ')'.
-        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(false),
-        Err(_) => false,
-    }
-}
-
-fn all_pids(v: &Value) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for r in v["regions"].as_object().expect("regions").values() {
-        pids.push(&r["gateway"]["pid"]);
-        pids.push(&r["registry"]["pid"]);
-        for c in r["cells"].as_array().unwrap() {
-            pids.extend(c["nodes"].as_array().unwrap().iter().map(|n| &n["pid"]));
-        }
-    }
-    pids.into_iter().map(|p| p.as_u64().expect("a pid") as u32).collect()
-}
-
 /// Runs `holdfast ARGS -o json --endpoint GRPC` and parses its answer.
 fn cli_json(grpc: &str, args: &[&str]) -> Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+    let out = Command::new(BIN)
         .args(args)
         .args(["-o", "json", "--endpoint", grpc])
         .output()
@@ -220,7 +97,7 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     let c = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
 
     eprintln!("--- first start on {} (ports from {base})", data.display());
-    let mut dev = Dev::start(&data, Some(base));
+    let mut dev = Dev::start(&data, &["--base-port", &base.to_string()]);
     let v = dev.endpoints(&data);
     assert_eq!(v["regions"].as_object().unwrap().len(), 3, "{v}");
     assert_eq!(dev.pids.len(), 15, "one process per node: {v}");
@@ -256,7 +133,7 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     let regions = cli_json(&grpc, &["region", "list"]);
     assert_eq!(regions.as_array().unwrap().len(), 3, "{regions}");
     eprintln!("--- wrong arguments: a one-line error and a non-zero exit");
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast")).args(["lock", "acquire", "--ns", "nope", "x", "--endpoint", &grpc]).output().unwrap();
+    let bad = Command::new(BIN).args(["lock", "acquire", "--ns", "nope", "x", "--endpoint", &grpc]).output().unwrap();
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.trim().lines().count() == 1 && err.contains("UNKNOWN_NAMESPACE"), "{err}");
@@ -265,10 +142,10 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     let node = |v: &Value| v["regions"]["west"]["cells"][0]["nodes"][1].clone();
     let old = node(&v)["pid"].as_u64().unwrap() as u32;
     kill("KILL", old);
-    wait_for("the killed node to die", || !alive(old));
+    wait_for(WAIT, "the killed node to die", || !alive(old));
     kill("HUP", dev.pid());
     let mut v3 = Value::Null;
-    wait_for("endpoints.json to name a new, live pid for west-1-n2", || {
+    wait_for(WAIT, "endpoints.json to name a new, live pid for west-1-n2", || {
         v3 = dev.reload(&data);
         node(&v3)["pid"].as_u64().is_some_and(|p| p as u32 != old && alive(p as u32))
     });
@@ -298,7 +175,7 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     assert!(!data.join("endpoints.json").exists(), "endpoints.json must not outlive the processes it names");
 
     eprintln!("--- second start on the same data directory (its ports come from dev.json)");
-    let mut dev = Dev::start(&data, None);
+    let mut dev = Dev::start(&data, &[]);
     let v2 = dev.endpoints(&data);
     assert_eq!(v2["regions"]["east"]["gateway"]["http"], v["regions"]["east"]["gateway"]["http"]);
     ready(&c, &v2).await;

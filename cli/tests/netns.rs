@@ -5,124 +5,12 @@
 //! brought back by SIGHUP inside its namespace, and a clean stop that leaves no
 //! namespace, bridge or veth behind.
 
+mod common;
+
+use common::{alive, kill, root, wait_for, Dev, BIN, WAIT};
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_holdfast");
-const START: Duration = Duration::from_secs(120);
-const STOP: Duration = Duration::from_secs(40);
-const WAIT: Duration = Duration::from_secs(60);
-
-fn root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)).map(|id| id == "0"))
-        .unwrap_or(false)
-}
-
-/// A running `holdfast dev`; dropping it stops it (and kills what it reported).
-struct Dev {
-    child: Option<Child>,
-    pids: Vec<u32>,
-}
-
-impl Dev {
-    fn start(data: &Path, args: &[&str]) -> Dev {
-        let out = std::fs::File::create(data.with_extension("out")).unwrap();
-        let child = Command::new(BIN)
-            .arg("dev")
-            .arg("--data-dir")
-            .arg(data)
-            .args(args)
-            .env("RUST_LOG", "warn,holdfast::dev=info")
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start holdfast dev");
-        Dev { child: Some(child), pids: Vec::new() }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    fn endpoints(&mut self, data: &Path) -> Value {
-        let f = data.join("endpoints.json");
-        let end = Instant::now() + START;
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&f) {
-                let v: Value = serde_json::from_str(&text).expect("endpoints.json parses");
-                for p in all_pids(&v) {
-                    if !self.pids.contains(&p) {
-                        self.pids.push(p);
-                    }
-                }
-                return v;
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("holdfast dev exited ({status}) before it was ready; see {}", data.with_extension("out").display());
-            }
-            assert!(Instant::now() < end, "no endpoints.json after {START:?}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn stop(&mut self) -> std::process::ExitStatus {
-        kill("TERM", self.pid());
-        let end = Instant::now() + STOP;
-        loop {
-            if let Some(s) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
-                return s;
-            }
-            assert!(Instant::now() < end, "holdfast dev did not exit within {STOP:?} of SIGTERM");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill("TERM", c.id());
-            let end = Instant::now() + STOP;
-            while c.try_wait().ok().flatten().is_none() && Instant::now() < end {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for p in &self.pids {
-            if alive(*p) {
-                kill("KILL", *p);
-            }
-        }
-    }
-}
-
-fn kill(sig: &str, pid: u32) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).stderr(Stdio::null()).status();
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))))
-}
-
-fn all_pids(v: &Value) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for r in v["regions"].as_object().expect("regions").values() {
-        pids.push(&r["gateway"]["pid"]);
-        pids.push(&r["registry"]["pid"]);
-        for c in r["cells"].as_array().unwrap() {
-            pids.extend(c["nodes"].as_array().unwrap().iter().map(|n| &n["pid"]));
-        }
-    }
-    pids.into_iter().map(|p| p.as_u64().expect("a pid") as u32).collect()
-}
 
 /// `<cmd> <args>`'s stdout; panics if it fails.
 fn run(cmd: &str, args: &[&str]) -> String {
@@ -134,15 +22,6 @@ fn run(cmd: &str, args: &[&str]) -> String {
 /// The network namespace `pid` runs in, by name.
 fn netns_of(pid: u32) -> String {
     run("ip", &["netns", "identify", &pid.to_string()]).trim().to_owned()
-}
-
-/// Polls `cond` every 100 ms until it holds, failing after [`WAIT`].
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + WAIT;
-    while !cond() {
-        assert!(Instant::now() < end, "not within {WAIT:?}: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Can a TCP connection to `addr` be opened from here (the root namespace) within 2 s?
@@ -266,10 +145,10 @@ async fn netns_playground_cuts_a_region_off_heals_it_and_leaves_nothing_behind()
     let node = |v: &Value| v["regions"]["south"]["cells"][0]["nodes"][1]["pid"].as_u64().unwrap() as u32;
     let old = node(&v);
     kill("KILL", old);
-    wait_for("the killed node to die", || !alive(old));
+    wait_for(WAIT, "the killed node to die", || !alive(old));
     kill("HUP", dev.pid());
     let mut now = Value::Null;
-    wait_for("endpoints.json to name a new live pid for south-1-n2", || {
+    wait_for(WAIT, "endpoints.json to name a new live pid for south-1-n2", || {
         now = serde_json::from_str(&std::fs::read_to_string(data.join("endpoints.json")).unwrap_or_default()).unwrap_or(Value::Null);
         now["regions"].is_object() && node(&now) != old && alive(node(&now))
     });

@@ -121,13 +121,11 @@ pub fn kill(sig: &str, pid: u32) {
     let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).stderr(Stdio::null()).status();
 }
 
-/// Is `pid` a live process (not a zombie)?
+/// Is `pid` a live process (neither a zombie nor dead)?
 pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // "pid (comm) S ...": the state follows the last ')'.
-        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(false),
-        Err(_) => false,
-    }
+    // "pid (comm) S ...": the state follows the last ')'.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))))
 }
 
 pub fn all_pids(v: &Value) -> Vec<u32> {
