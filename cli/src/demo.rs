@@ -49,6 +49,10 @@ pub struct WorkerArgs {
     lock: String,
     #[arg(long, default_value_t = TTL_MS)]
     ttl_ms: u64,
+    #[arg(long, default_value = "demo")]
+    ns: String,
+    #[arg(long, default_value = "default")]
+    shard: String,
 }
 
 struct Timeline(Instant);
@@ -115,7 +119,7 @@ impl Worker {
     /// Waits for the worker's grant: its token.
     fn token(&mut self) -> Result<u64, String> {
         let l = self.line()?;
-        l.strip_prefix("TOKEN ").and_then(|t| t.parse().ok()).ok_or_else(|| format!("worker said {l:?}, not its token"))
+        l.strip_prefix("TOKEN ").and_then(|t| t.split_whitespace().next()).and_then(|t| t.parse().ok()).ok_or_else(|| format!("worker said {l:?}, not its token"))
     }
 
     fn write(&mut self, value: &str) -> Result<String, String> {
@@ -261,23 +265,25 @@ async fn write(State(ledger): State<Arc<MemoryFence>>, Json(b): Json<Value>) -> 
     }
 }
 
-/// The worker process: takes the lock through the SDK, prints `TOKEN <t>`, then for
-/// each stdin line writes it to the ledger with its token and prints ACCEPTED or
-/// REJECTED. It deliberately does not check its lease before writing: it plays the
-/// zombie holder the fence must stop.
+/// The worker process: takes the lock through the SDK, prints `TOKEN <t> SESSION <id>`,
+/// then for each stdin line writes it to the ledger with its token and prints ACCEPTED,
+/// REJECTED or UNKNOWN. It deliberately does not check its lease before writing: it
+/// plays the zombie holder the fence must stop. `holdfast drill run` uses it too, as
+/// a holder it can SIGSTOP.
 pub async fn worker(a: WorkerArgs) -> Result<(), String> {
     let client = holdfast_client::Client::connect(&[a.endpoint.as_str()]).await.map_err(|e| e.to_string())?;
-    let opts = holdfast_client::SessionOptions::new("demo", "default", Duration::from_millis(a.ttl_ms)).label("demo-worker");
+    let opts = holdfast_client::SessionOptions::new(a.ns.as_str(), a.shard.as_str(), Duration::from_millis(a.ttl_ms)).label("demo-worker");
     let session = client.create_session(opts).await.map_err(|e| e.to_string())?;
     let lock = session.acquire(&a.lock, holdfast_client::AcquireOptions::new().wait(Duration::from_secs(60))).await.map_err(|e| e.to_string())?;
     let token = lock.token().0;
-    println!("TOKEN {token}");
+    println!("TOKEN {token} SESSION {}", session.id().0);
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     let http = reqwest::Client::new();
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         let value = line.map_err(|e| e.to_string())?;
-        let r = http.post(&a.ledger).json(&json!({ "token": token.to_string(), "value": value })).send().await;
+        let body = json!({ "ns": a.ns, "shard": a.shard, "lock": a.lock, "token": token.to_string(), "value": value });
+        let r = http.post(&a.ledger).json(&body).send().await;
         let verdict = match r {
             Ok(r) if r.status().is_success() => "ACCEPTED",
             Ok(_) => "REJECTED",

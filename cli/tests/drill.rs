@@ -2,7 +2,9 @@
 //! SRE would type it:
 //! - under a steady fenced workload, evacuate a region (and roll it back): zero
 //!   violations, a report; then cut a region off, fail its shards over, kill a cell
-//!   leader: zero violations, a report;
+//!   leader: zero violations, a report; then SIGSTOP a holder process past its TTL
+//!   (its late write is refused) and a cell leader past its election timeout, and
+//!   SIGKILL a whole region and restart it: zero violations;
 //! - an evacuation killed half-way leaves every shard with exactly one owner and a
 //!   rerun completes; an evacuation aborted from another terminal settles, and a
 //!   rerun completes;
@@ -95,6 +97,21 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     assert!(faults.contains(&"partition_region") && faults.contains(&"kill_cell_leader"), "{faults:?}");
     one_owner_each(&gw);
 
+    // Real processes stopped and killed: a holder SIGSTOPped past its TTL writes late
+    // and is refused, a leader SIGSTOPped past its election timeout, a region killed.
+    let out = tmp.path().join("process-faults");
+    let o = out.to_str().unwrap();
+    let stdout = ok(&["drill", "run", "--data-dir", d, "--scenario", "process-faults", "--region", "south", "--settle-s", "2", "--cut-s", "3", "--out", o]);
+    eprintln!("{stdout}");
+    assert!(stdout.contains("rejected by the fence"), "the paused holder's late write is refused: {stdout}");
+    let r = report(&out);
+    assert_eq!(r["violations"].as_array().unwrap().len(), 0, "{r}");
+    let faults: Vec<&str> = r["faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    for f in ["pause_holder", "pause_leader", "kill_region"] {
+        assert!(faults.contains(&f), "{f} missing from {faults:?}");
+    }
+    one_owner_each(&gw);
+
     // An evacuation killed half-way: one owner each; a rerun resumes and completes.
     let state = tmp.path().join("evac-state");
     let s = state.to_str().unwrap();
@@ -137,10 +154,11 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     // Planted: the resource's token check switched off. The same drill must go red.
     let out = tmp.path().join("planted");
     let o = out.to_str().unwrap();
-    let planted = holdfast(&["drill", "run", "--data-dir", d, "--scenario", "partition", "--region", "south", "--settle-s", "4", "--cut-s", "4", "--plant", "unfenced-resource", "--out", o]);
+    let planted = holdfast(&["drill", "run", "--data-dir", d, "--scenario", "process-faults", "--region", "south", "--settle-s", "2", "--cut-s", "3", "--plant", "unfenced-resource", "--out", o]);
     assert!(!planted.status.success(), "a drill against an unfenced resource must fail");
     let r = report(&out);
-    assert!(violations(&r, "stale_write_accepted") > 0, "the checker must see the stale writes: {r}");
+    let zombie = r["violations"].as_array().unwrap().iter().any(|v| v["kind"] == "stale_write_accepted" && v["summary"].as_str().unwrap().contains("s0-zombie"));
+    assert!(zombie, "the checker must see the paused holder's late write accepted: {r}");
 
     assert!(dev.stop().success());
 }

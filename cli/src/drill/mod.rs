@@ -10,12 +10,14 @@
 //! - [`observe`]: the registry's ownership watch, holder reads, cells' served shards;
 //! - [`evacuate`]: `holdfast drill evacuate` — plan, waves, verify, abort, rollback;
 //! - [`faults`]: `holdfast drill fault` — kill, cut, pause, restart real processes;
+//! - [`holder`]: a lock holder in its own process, for a real SIGSTOP;
 //! - [`run`]: `holdfast drill run` — a workload, a scenario, the checker, a report.
 //!
 //! See docs/drills.md and docs/runbooks/evacuation.md.
 
 mod evacuate;
 mod faults;
+mod holder;
 mod observe;
 mod playground;
 mod record;

@@ -18,6 +18,7 @@
 
 use super::evacuate::{self, Ctx};
 use super::faults;
+use super::holder::{self, Holder};
 use super::observe::{self, Owners};
 use super::playground::{Playground, Reg};
 use super::record::Recorder;
@@ -40,8 +41,15 @@ pub const NS: &str = "drill";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
+    /// Evacuate the region under the workload, verify, roll back.
     Evacuate,
+    /// Cut the region off (needs `holdfast dev --netns`), fail its shards over
+    /// unplanned, kill another cell's leader; heal, restart, bring the shards home.
     Partition,
+    /// Real processes stopped and killed: a lock holder SIGSTOPped past its TTL (its
+    /// late write must be refused), a cell leader SIGSTOPped past its election timeout,
+    /// the whole region SIGKILLed and restarted.
+    ProcessFaults,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -70,7 +78,7 @@ pub struct RunArgs {
     /// How long the workload runs before and after the scenario.
     #[arg(long, default_value_t = 4)]
     pub settle_s: u64,
-    /// How long a region stays cut off (`partition`).
+    /// How long a region stays cut off (`partition`) or down (`process-faults`).
     #[arg(long, default_value_t = 10)]
     pub cut_s: u64,
     /// Plant a bug to prove the checker catches it (the drill then must fail).
@@ -127,7 +135,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
     wait_for(Duration::from_secs(30), "every drill shard's owner to be known", || shards.iter().all(|s| owners.cell_now(NS, s) != "unknown")).await?;
 
     let resource = Arc::new(Resource::new("drill-ledger", a.plant == Some(Plant::UnfencedResource)));
-    let workload = Workload::start(&spec, rec.clone(), owners.clone(), resource);
+    let workload = Workload::start(&spec, rec.clone(), owners.clone(), resource.clone());
     let grants = |h: &History| h.events.iter().filter(|e| matches!(e.kind, EventKind::GrantOk { .. })).count();
     wait_for(Duration::from_secs(30), "the workload's first grants", || grants(&rec.history()) >= shards.len()).await?;
     tokio::time::sleep(Duration::from_secs(a.settle_s)).await;
@@ -135,12 +143,13 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
     let region = match (a.region.clone(), a.scenario) {
         (Some(r), _) => r,
         (None, Scenario::Evacuate) => pg.regions[0].name.clone(),
-        (None, Scenario::Partition) => pg.regions.last().map(|r| r.name.clone()).unwrap_or_default(),
+        (None, Scenario::Partition | Scenario::ProcessFaults) => pg.regions.last().map(|r| r.name.clone()).unwrap_or_default(),
     };
     let ctx = Ctx { reg: reg.clone(), rec: rec.clone(), dir: out.clone(), timeout: Duration::from_secs(180) };
     let scenario = match a.scenario {
         Scenario::Evacuate => evacuate_scenario(&ctx, &pg, &region).await,
         Scenario::Partition => partition_scenario(&ctx, &pg, &region, Duration::from_secs(a.cut_s)).await,
+        Scenario::ProcessFaults => process_faults_scenario(&ctx, &pg, &region, &owners, resource.clone(), a.ttl_ms, Duration::from_secs(a.cut_s)).await,
     };
     if let Err(e) = &scenario {
         println!("scenario failed: {e}");
@@ -163,6 +172,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
     let title = match a.scenario {
         Scenario::Evacuate => format!("Drill: evacuate {region} under a fenced workload"),
         Scenario::Partition => format!("Drill: {region} cut off, its shards failed over, a cell leader killed"),
+        Scenario::ProcessFaults => format!("Drill: a holder and a leader SIGSTOPped, {region} killed and restarted"),
     };
     let check = report(&out, &title, &rec.history())?;
     scenario?;
@@ -348,5 +358,61 @@ async fn failover(ctx: &Ctx, shards: &[String], to: &str, planned: bool) -> Resu
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+    Ok(())
+}
+
+/// A holder process SIGSTOPped past its TTL, then resumed to write with its old token;
+/// a cell leader SIGSTOPped past its election timeout; `region` SIGKILLed whole and
+/// restarted (SIGHUP to `holdfast dev`). The workload runs throughout.
+async fn process_faults_scenario(ctx: &Ctx, pg: &Playground, region: &str, owners: &Owners, resource: Arc<Resource>, ttl_ms: u64, outage: Duration) -> Result<(), String> {
+    let rec = &ctx.rec;
+    let ledger = holder::serve(resource).await?;
+    let gw = pg.regions[0].gateway_grpc.clone();
+    let lock = "s0-zombie";
+    let mut a = Holder::start(rec.clone(), owners, &gw, &ledger, NS, "s0", lock, ttl_ms, Duration::from_secs(30)).await?;
+    if a.write("a:1").await != Some(true) {
+        return Err("holder A's first write was not accepted".into());
+    }
+    rec.record(EventKind::FaultInjected { kind: FaultKind::PauseHolder, target: format!("holder A, pid {}", a.pid) });
+    faults::signal("STOP", a.pid)?;
+    // A stopped process renews nothing: its session may expire from now on.
+    rec.record(EventKind::SessionExpired { session: a.session.clone(), at_ms: rec.ms() });
+    println!("holder A (pid {}) holds {lock} with token {} and is SIGSTOPped", a.pid, a.token.0);
+    let b = Holder::start(rec.clone(), owners, &gw, &ledger, NS, "s0", lock, ttl_ms, Duration::from_millis(ttl_ms * 4) + Duration::from_secs(20)).await;
+    let resumed = faults::signal("CONT", a.pid);
+    rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: format!("holder A, pid {}", a.pid) });
+    let mut b = b?;
+    resumed?;
+    println!("holder B got {lock} with token {} after A's session expired", b.token.0);
+    if b.token <= a.token {
+        return Err(format!("B's token {} is not above A's {}", b.token.0, a.token.0));
+    }
+    if b.write("b:2").await != Some(true) {
+        return Err("holder B's write was not accepted".into());
+    }
+    let late = a.write("a:3").await;
+    println!("A resumed and wrote with its old token: {}", match late { Some(true) => "ACCEPTED", Some(false) => "rejected by the fence", None => "no answer" });
+    a.kill().await;
+    b.kill().await;
+
+    let other = pg.regions.iter().find(|r| r.name != region).and_then(|r| r.cells.first()).ok_or("a second region with a cell")?.cell.clone();
+    let leader = faults::leader(pg, &other).await?;
+    let pid = faults::pid_of(&leader)?;
+    rec.record(EventKind::FaultInjected { kind: FaultKind::PauseLeader, target: leader.name.clone() });
+    println!("SIGSTOP {} (leader of {other}) past its election timeout", leader.name);
+    faults::pause(pid, Duration::from_secs(4)).await?;
+    rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: leader.name.clone() });
+
+    rec.record(EventKind::FaultInjected { kind: FaultKind::KillRegion, target: region.to_owned() });
+    println!("SIGKILL every process of {region} for {outage:?}");
+    for pid in faults::region_pids(pg, region)? {
+        let _ = faults::signal("KILL", pid);
+    }
+    tokio::time::sleep(outage).await;
+    faults::restart(&pg.data_dir, Duration::from_secs(90)).await?;
+    rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: format!("{region} restarted") });
+    let cell = pg.region(region)?.cells.first().ok_or("the region has no cell")?.cell.clone();
+    faults::leader(&Playground::load(&pg.data_dir)?, &cell).await?;
+    println!("{region} restarted; {cell} has a leader again");
     Ok(())
 }
