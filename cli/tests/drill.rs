@@ -16,7 +16,7 @@ mod common;
 use common::{holdfast, kill, root, wait_for, Dev};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn ok(args: &[&str]) -> String {
@@ -50,6 +50,16 @@ fn one_owner_each(gw: &str) {
     for (n, cell, state) in &o {
         assert!(!cell.is_empty() && state == "active", "{n} has no settled owner: {cell:?} {state:?}");
     }
+}
+
+/// `holdfast drill evacuate --region east`, one shard per wave, as a background process.
+fn evacuation(data_dir: &str, state_dir: &str) -> Child {
+    Command::new(common::BIN)
+        .args(["drill", "evacuate", "--data-dir", data_dir, "--region", "east", "--max-wave", "1", "--state-dir", state_dir])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 fn progress(state: &Path) -> String {
@@ -115,12 +125,7 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     // An evacuation killed half-way: one owner each; a rerun resumes and completes.
     let state = tmp.path().join("evac-state");
     let s = state.to_str().unwrap();
-    let mut driver = Command::new(common::BIN)
-        .args(["drill", "evacuate", "--data-dir", d, "--region", "east", "--max-wave", "1", "--state-dir", s])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut driver = evacuation(d, s);
     wait_for(Duration::from_secs(60), "the evacuation's first move", || progress(&state).contains("\"moving\"") || progress(&state).contains("\"moved\""));
     kill("KILL", driver.id());
     let _ = driver.wait();
@@ -135,12 +140,7 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
 
     // An evacuation aborted from another terminal: settles with one owner each; a
     // rerun completes; roll back.
-    let mut driver = Command::new(common::BIN)
-        .args(["drill", "evacuate", "--data-dir", d, "--region", "east", "--max-wave", "1", "--state-dir", s])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut driver = evacuation(d, s);
     wait_for(Duration::from_secs(60), "the second evacuation's first move", || progress(&state).contains("\"executing\"") && (progress(&state).contains("\"moving\"") || progress(&state).contains("\"moved\"")));
     ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--abort", "--state-dir", s]);
     let status = driver.wait().unwrap();

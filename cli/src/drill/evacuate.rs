@@ -169,9 +169,9 @@ fn finished(ev: &Evacuation) -> bool {
 
 /// The registry's shards, cells (with health and keys) and regions, planned.
 pub async fn make_plan(reg: &Reg, region: &str, max_wave: usize, capacity_keys: u64) -> Result<Plan, String> {
-    let shards = reg.call(|mut c| async move { c.list_shards(rpb::ListShardsRequest::default()).await }).await.map_err(failed)?.shards;
-    let cells = reg.call(|mut c| async move { c.list_cells(rpb::ListCellsRequest::default()).await }).await.map_err(failed)?.cells;
-    let regions = reg.call(|mut c| async move { c.list_regions(rpb::ListRegionsRequest {}).await }).await.map_err(failed)?.regions;
+    let shards = reg.list_shards().await.map_err(failed)?.shards;
+    let cells = reg.list_cells().await.map_err(failed)?;
+    let regions = reg.call(rpb::ListRegionsRequest {}, |mut c, r| async move { c.list_regions(r).await }).await.map_err(failed)?.regions;
     let mut keys: BTreeMap<(String, String, String), u64> = BTreeMap::new();
     let mut infos = Vec::new();
     for c in &cells {
@@ -250,14 +250,8 @@ async fn cell_status(c: &rpb::Cell) -> Option<apb::CellStatusResponse> {
 }
 
 async fn set_region(reg: &Reg, region: &str, state: rpb::RegionState) -> Result<(), String> {
-    let r = region.to_owned();
-    reg.call(|mut c| {
-        let r = r.clone();
-        async move { c.set_region_state(rpb::SetRegionStateRequest { region: r, state: state as i32 }).await }
-    })
-    .await
-    .map(|_| ())
-    .map_err(failed)
+    let req = rpb::SetRegionStateRequest { region: region.to_owned(), state: state as i32 };
+    reg.call(req, |mut c, r| async move { c.set_region_state(r).await }).await.map(|_| ()).map_err(failed)
 }
 
 /// Starts (or resumes) an evacuation with `plan`.
@@ -366,7 +360,7 @@ fn running_driver(ctx: &Ctx) -> Option<u32> {
 
 /// Every shard's owner, as the state machine sees owners.
 async fn owners(reg: &Reg) -> Result<Vec<OwnerView>, String> {
-    let list = reg.call(|mut c| async move { c.list_shards(rpb::ListShardsRequest::default()).await }).await.map_err(failed)?;
+    let list = reg.list_shards().await.map_err(failed)?;
     list.shards.iter().map(view).collect()
 }
 
@@ -383,15 +377,7 @@ fn view(o: &rpb::ShardOwner) -> Result<OwnerView, String> {
 }
 
 async fn get_owner(reg: &Reg, ns: &NamespaceName, shard: &ShardName) -> Option<OwnerView> {
-    let (n, s) = (ns.to_string(), shard.to_string());
-    let r = reg
-        .call(|mut c| {
-            let req = rpb::GetOwnerRequest { ns: n.clone(), shard: s.clone() };
-            async move { c.get_owner(req).await }
-        })
-        .await
-        .ok()?;
-    r.owner.as_ref().and_then(|o| view(o).ok())
+    reg.owner(ns.as_str(), shard.as_str()).await.and_then(|o| view(&o).ok())
 }
 
 /// Removes the pid file when the driver ends, however it ends.
@@ -470,7 +456,7 @@ async fn perform(ctx: &Ctx, ev: &Evacuation, action: Action) -> Vec<Input> {
             let targets: Vec<String> = ev.progress().shards.iter().filter(|s| s.wave == wave).map(|s| s.to_cell.to_string()).collect();
             let deadline = tokio::time::Instant::now() + HEALTH_GATE;
             loop {
-                let cells = ctx.reg.call(|mut c| async move { c.list_cells(rpb::ListCellsRequest::default()).await }).await.map(|r| r.cells).unwrap_or_default();
+                let cells = ctx.reg.list_cells().await.unwrap_or_default();
                 let mut sick = Vec::new();
                 for t in &targets {
                     match cells.iter().find(|c| &c.cell == t) {
@@ -491,12 +477,7 @@ async fn perform(ctx: &Ctx, ev: &Evacuation, action: Action) -> Vec<Input> {
         }
         Action::MoveShard { ns, shard, to_cell } => {
             let req = rpb::MoveShardRequest { ns: ns.to_string(), shard: shard.to_string(), to_cell: to_cell.to_string(), planned: true };
-            match ctx.reg.call(|mut c| {
-                let req = req.clone();
-                async move { c.move_shard(req).await }
-            })
-            .await
-            {
+            match ctx.reg.move_shard(req).await {
                 Ok(r) => r.owner.as_ref().and_then(|o| view(o).ok()).map(Input::Owner).into_iter().collect(),
                 // In progress, or unknown: observe the owner instead.
                 Err(s) if matches!(code_of(&s).map(|c| c.as_str()), None | Some("MOVING") | Some("UNAVAILABLE") | Some("NOT_LEADER")) => {
@@ -509,13 +490,7 @@ async fn perform(ctx: &Ctx, ev: &Evacuation, action: Action) -> Vec<Input> {
             let req = rpb::AbortMoveRequest { ns: ns.to_string(), shard: shard.to_string(), epoch: epoch.0 };
             // A repeated abort, or one that lost the race with the move's end, is
             // refused harmlessly: the owner we read next is what counts.
-            let _ = ctx
-                .reg
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.abort_move(req).await }
-                })
-                .await;
+            let _ = ctx.reg.call(req, |mut c, r| async move { c.abort_move(r).await }).await;
             get_owner(&ctx.reg, &ns, &shard).await.map(Input::Owner).into_iter().collect()
         }
         Action::ObserveOwners { shards } => {

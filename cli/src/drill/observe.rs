@@ -74,7 +74,7 @@ fn record_owner(rec: &Recorder, owners: &Owners, ns: &str, shard: &str, region: 
 /// (re-listing after a broken stream).
 pub async fn watch_ownership(reg: Reg, rec: Arc<Recorder>, owners: Owners, stop: CancellationToken) {
     while !stop.is_cancelled() {
-        let listed = reg.call(|mut c| async move { c.list_shards(rpb::ListShardsRequest::default()).await }).await;
+        let listed = reg.list_shards().await;
         let Ok(list) = listed else {
             tokio::time::sleep(POLL).await;
             continue;
@@ -83,7 +83,7 @@ pub async fn watch_ownership(reg: Reg, rec: Arc<Recorder>, owners: Owners, stop:
             record_owner(&rec, &owners, &o.ns, &o.shard, &o.region, &o.cell, o.epoch, &o.to_cell);
         }
         let from = list.revision;
-        let stream = reg.call(|mut c| async move { c.watch_ownership(rpb::WatchOwnershipRequest { from_revision: from }).await }).await;
+        let stream = reg.call(rpb::WatchOwnershipRequest { from_revision: from }, |mut c, r| async move { c.watch_ownership(r).await }).await;
         let Ok(mut stream) = stream else { continue };
         loop {
             tokio::select! {

@@ -1,6 +1,7 @@
 //! A running playground as `holdfast dev` describes it in `endpoints.json`, and the
 //! registry reached through any of its gateways.
 
+use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_proto::status::code_of;
 use serde_json::Value;
@@ -136,9 +137,12 @@ pub async fn channel(addr: &str) -> Result<Channel, tonic::Status> {
 }
 
 impl Reg {
-    pub async fn call<T, F, Fut>(&self, f: F) -> Result<T, tonic::Status>
+    /// Sends `req` through the first gateway that answers (a transport failure moves
+    /// on to the next; an answer, even a refusal, is final).
+    pub async fn call<R, T, F, Fut>(&self, req: R, f: F) -> Result<T, tonic::Status>
     where
-        F: Fn(RegistryServiceClient<Channel>) -> Fut,
+        R: Clone,
+        F: Fn(RegistryServiceClient<Channel>, R) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let mut last = tonic::Status::unavailable("no gateway given");
@@ -150,12 +154,30 @@ impl Reg {
                     continue;
                 }
             };
-            match f(RegistryServiceClient::new(ch)).await {
+            match f(RegistryServiceClient::new(ch), req.clone()).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) if unreachable(&s) => last = s,
                 Err(s) => return Err(s),
             }
         }
         Err(last)
+    }
+
+    pub async fn list_shards(&self) -> Result<rpb::ListShardsResponse, tonic::Status> {
+        self.call(rpb::ListShardsRequest::default(), |mut c, r| async move { c.list_shards(r).await }).await
+    }
+
+    pub async fn list_cells(&self) -> Result<Vec<rpb::Cell>, tonic::Status> {
+        self.call(rpb::ListCellsRequest::default(), |mut c, r| async move { c.list_cells(r).await }).await.map(|r| r.cells)
+    }
+
+    /// The shard's owner; `None` if the registry does not know it (or did not answer).
+    pub async fn owner(&self, ns: &str, shard: &str) -> Option<rpb::ShardOwner> {
+        let req = rpb::GetOwnerRequest { ns: ns.to_owned(), shard: shard.to_owned() };
+        self.call(req, |mut c, r| async move { c.get_owner(r).await }).await.ok().and_then(|r| r.owner)
+    }
+
+    pub async fn move_shard(&self, req: rpb::MoveShardRequest) -> Result<rpb::MoveShardResponse, tonic::Status> {
+        self.call(req, |mut c, r| async move { c.move_shard(r).await }).await
     }
 }

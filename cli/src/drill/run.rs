@@ -204,36 +204,22 @@ async fn setup(reg: &Reg, pg: &Playground) -> Result<Vec<String>, String> {
         lock_delay_ms: 500,
         ..Default::default()
     };
-    let known = reg.call(|mut c| async move { c.get_namespace(rpb::GetNamespaceRequest { name: NS.into() }).await }).await.is_ok();
+    let known = reg.call(rpb::GetNamespaceRequest { name: NS.into() }, |mut c, r| async move { c.get_namespace(r).await }).await.is_ok();
     if !known {
-        reg.call(|mut c| {
-            let config = config.clone();
-            async move { c.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await }
-        })
-        .await
-        .map_err(|s| format!("cannot create namespace {NS}: {}", s.message()))?;
+        reg.call(rpb::CreateNamespaceRequest { config: Some(config) }, |mut c, r| async move { c.create_namespace(r).await })
+            .await
+            .map_err(|s| format!("cannot create namespace {NS}: {}", s.message()))?;
     }
     let mut shards = Vec::new();
     for (i, r) in pg.regions.iter().enumerate() {
         let Some(cell) = r.cells.first() else { continue };
         for k in 0..2 {
             let shard = format!("s{}", i * 2 + k);
-            let get = rpb::GetOwnerRequest { ns: NS.into(), shard: shard.clone() };
-            let placed = reg
-                .call(|mut c| {
-                    let get = get.clone();
-                    async move { c.get_owner(get).await }
-                })
-                .await
-                .is_ok_and(|o| o.owner.is_some());
-            if !placed {
+            if reg.owner(NS, &shard).await.is_none() {
                 let req = rpb::PlaceShardRequest { ns: NS.into(), shard: shard.clone(), cell: cell.cell.clone() };
-                reg.call(|mut c| {
-                    let req = req.clone();
-                    async move { c.place_shard(req).await }
-                })
-                .await
-                .map_err(|s| format!("cannot place {NS}/{shard} on {}: {}", cell.cell, s.message()))?;
+                reg.call(req, |mut c, r| async move { c.place_shard(r).await })
+                    .await
+                    .map_err(|s| format!("cannot place {NS}/{shard} on {}: {}", cell.cell, s.message()))?;
             }
             shards.push(shard);
         }
@@ -283,7 +269,7 @@ async fn partition_scenario(ctx: &Ctx, pg: &Playground, region: &str, cut_for: D
     let home = r.cells.first().ok_or("the region has no cell")?.cell.clone();
     let other = pg.regions.iter().find(|x| x.name != region).ok_or("a partition drill needs two regions")?;
     let target = other.cells.first().ok_or("no target cell")?.cell.clone();
-    let list = ctx.reg.call(|mut c| async move { c.list_shards(rpb::ListShardsRequest::default()).await }).await.map_err(|s| s.message().to_owned())?;
+    let list = ctx.reg.list_shards().await.map_err(|s| s.message().to_owned())?;
     let cut_shards: Vec<String> = list.shards.iter().filter(|o| o.ns == NS && o.cell == home).map(|o| o.shard.clone()).collect();
 
     ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::PartitionRegion, target: region.to_owned() });
@@ -321,14 +307,7 @@ async fn failover(ctx: &Ctx, shards: &[String], to: &str, planned: bool) -> Resu
         let req = rpb::MoveShardRequest { ns: NS.into(), shard: shard.clone(), to_cell: to.to_owned(), planned };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
-            let r = ctx
-                .reg
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.move_shard(req).await }
-                })
-                .await;
-            match r {
+            match ctx.reg.move_shard(req.clone()).await {
                 Ok(_) => break,
                 Err(s) if code_of(&s).is_some_and(|c| c.as_str() == "MOVING") => break,
                 Err(s) if tokio::time::Instant::now() < deadline && code_of(&s).is_none_or(|c| c.as_str() == "UNAVAILABLE") => {
@@ -339,16 +318,7 @@ async fn failover(ctx: &Ctx, shards: &[String], to: &str, planned: bool) -> Resu
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
         loop {
-            let (n, s) = (NS.to_owned(), shard.clone());
-            let o = ctx
-                .reg
-                .call(|mut c| {
-                    let req = rpb::GetOwnerRequest { ns: n.clone(), shard: s.clone() };
-                    async move { c.get_owner(req).await }
-                })
-                .await
-                .ok()
-                .and_then(|r| r.owner);
+            let o = ctx.reg.owner(NS, shard).await;
             if o.as_ref().is_some_and(|o| o.cell == to && o.state == rpb::ShardState::Active as i32) {
                 break;
             }
