@@ -10,28 +10,25 @@ use crate::machine::{CellMachine, Hooks};
 use crate::service::LockApi;
 use holdfast_proto::admin::v1::cell_admin_server::CellAdminServer;
 use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
-use holdfast_raft::types::RaftMetrics;
-use holdfast_raft::{Group, InitError, Node, NodeConfig, RaftNode, StartError};
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use holdfast_raft::{Group, NodeConfig, RaftNode, Serving, StartError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{info, warn};
 
-/// A running cell node.
+/// A running cell node. Its node accessors (`node_id`, `client_addr`, `raft_addr`,
+/// `metrics`, `initialize`, ...) are [`Serving`]'s.
 #[derive(Debug)]
 pub struct CellServer {
-    node: RaftNode<CellMachine>,
+    serving: Serving<CellMachine>,
     cell: Arc<Cell>,
-    client_addr: SocketAddr,
-    shutdown: watch::Sender<bool>,
-    client_server: JoinHandle<()>,
-    duties: JoinHandle<()>,
-    shutdown_deadline: Duration,
+}
+
+impl std::ops::Deref for CellServer {
+    type Target = Serving<CellMachine>;
+    fn deref(&self) -> &Serving<CellMachine> {
+        &self.serving
+    }
 }
 
 impl CellServer {
@@ -84,27 +81,18 @@ impl CellServer {
     }
 
     fn serve(cfg: &CellConfig, node: RaftNode<CellMachine>, hooks: Arc<Hooks>, client: TcpListener) -> CellServer {
-        let client_addr = client.local_addr().expect("bound listener has an address");
         holdfast_telemetry::install();
         let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "this cell");
         let registry = cfg.registry();
         let margin = Duration::from_millis(cfg.ownership_margin_ms);
         let ownership = (!registry.is_empty()).then(|| std::sync::Mutex::new(crate::ownership::OwnershipLease::new(margin)));
         let cell = Arc::new(Cell { group, hooks, ownership });
-        let (shutdown, rx) = watch::channel(false);
-        let mut stop = rx.clone();
-        let svc = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .add_service(LockServiceServer::new(LockApi::new(cell.clone())))
-            .add_service(CellAdminServer::new(CellAdminApi::new(cell.clone())))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(client), async move {
-                let _ = stop.wait_for(|s| *s).await;
-            });
-        let client_server = tokio::spawn(async move {
-            if let Err(e) = svc.await {
-                warn!(error = %e, "client API server ended with an error");
-            }
-        });
-        let duties = tokio::spawn(leader::run(cell.clone(), Duration::from_millis(cfg.checkpoint_interval_ms), rx.clone()));
+            .add_service(CellAdminServer::new(CellAdminApi::new(cell.clone())));
+        let mut serving = Serving::new(node, client, router, Duration::from_millis(cfg.shutdown_deadline_ms), "client API");
+        let rx = serving.stop_signal();
+        serving.keep(tokio::spawn(leader::run(cell.clone(), Duration::from_millis(cfg.checkpoint_interval_ms), rx.clone())));
         tokio::spawn(crate::metrics::refresh(cell.clone(), cfg.cell.clone(), rx.clone()));
         if !registry.is_empty() {
             let link = crate::follow::RegistryLink::new(cfg.cell.clone(), registry);
@@ -125,29 +113,8 @@ impl CellServer {
                 }
             });
         }
-        info!(node_id = cfg.node_id, cell = %cfg.cell, region = %cfg.region, raft = %node.raft_addr(), client = %client_addr, "cell node started");
-        CellServer { node, cell, client_addr, shutdown, client_server, duties, shutdown_deadline: Duration::from_millis(cfg.shutdown_deadline_ms) }
-    }
-
-    pub fn node_id(&self) -> u64 {
-        self.node.id()
-    }
-
-    /// Addresses as peers and clients see them.
-    pub fn node(&self) -> &Node {
-        self.node.node()
-    }
-
-    pub fn client_addr(&self) -> SocketAddr {
-        self.client_addr
-    }
-
-    pub fn raft_addr(&self) -> SocketAddr {
-        self.node.raft_addr()
-    }
-
-    pub fn metrics(&self) -> RaftMetrics {
-        self.node.metrics()
+        info!(node_id = cfg.node_id, cell = %cfg.cell, region = %cfg.region, raft = %serving.raft_addr(), client = %serving.client_addr(), "cell node started");
+        CellServer { serving, cell }
     }
 
     /// Is this node leading and running its lease clock?
@@ -155,24 +122,9 @@ impl CellServer {
         self.cell.assume_leader().is_ok() && self.cell.hooks.clock.lock().expect("clock lock").is_some()
     }
 
-    /// Forms the cell from `members` (call on one node, once).
-    pub async fn initialize(&self, members: BTreeMap<u64, Node>) -> Result<(), InitError> {
-        self.node.initialize(members).await
-    }
-
     /// Stops accepting calls, stops leader duties, stops Raft and closes RocksDB,
     /// within the configured deadline.
     pub async fn shutdown(self) {
-        let id = self.node.id();
-        let _ = self.shutdown.send(true);
-        let deadline = self.shutdown_deadline;
-        let work = async move {
-            let _ = self.duties.await;
-            let _ = self.client_server.await;
-            self.node.shutdown().await;
-        };
-        if tokio::time::timeout(deadline, work).await.is_err() {
-            warn!(node_id = id, ?deadline, "shutdown passed its deadline; giving up on a clean stop");
-        }
+        self.serving.shutdown().await;
     }
 }

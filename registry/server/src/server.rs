@@ -8,28 +8,25 @@ use crate::machine::{Hooks, RegistryMachine};
 use crate::registry::Registry;
 use crate::service::RegistryApi;
 use holdfast_proto::registry::v1::registry_service_server::RegistryServiceServer;
-use holdfast_raft::types::RaftMetrics;
-use holdfast_raft::{Group, InitError, Node, NodeConfig, RaftNode, StartError};
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use holdfast_raft::{Group, NodeConfig, RaftNode, Serving, StartError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
-use tracing::{info, warn};
+use tracing::info;
 
-/// A running registry node.
+/// A running registry node. Its node accessors (`node_id`, `client_addr`,
+/// `raft_addr`, `metrics`, `initialize`, ...) are [`Serving`]'s.
 #[derive(Debug)]
 pub struct RegistryServer {
-    node: RaftNode<RegistryMachine>,
+    serving: Serving<RegistryMachine>,
     reg: Arc<Registry>,
-    client_addr: SocketAddr,
-    shutdown: watch::Sender<bool>,
-    client_server: JoinHandle<()>,
-    duties: JoinHandle<()>,
-    shutdown_deadline: Duration,
+}
+
+impl std::ops::Deref for RegistryServer {
+    type Target = Serving<RegistryMachine>;
+    fn deref(&self) -> &Serving<RegistryMachine> {
+        &self.serving
+    }
 }
 
 impl RegistryServer {
@@ -71,57 +68,17 @@ impl RegistryServer {
     }
 
     fn serve(cfg: &RegistryConfig, node: RaftNode<RegistryMachine>, hooks: Arc<Hooks>, client: TcpListener) -> RegistryServer {
-        let client_addr = client.local_addr().expect("bound listener has an address");
         let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "the registry");
         let reg = Arc::new(Registry { group, hooks });
-        let (shutdown, rx) = watch::channel(false);
-        let mut stop = rx.clone();
-        let svc = tonic::transport::Server::builder()
-            .add_service(RegistryServiceServer::new(RegistryApi::new(reg.clone())))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(client), async move {
-                let _ = stop.wait_for(|s| *s).await;
-            });
-        let client_server = tokio::spawn(async move {
-            if let Err(e) = svc.await {
-                warn!(error = %e, "registry API server ended with an error");
-            }
-        });
+        let router = tonic::transport::Server::builder().add_service(RegistryServiceServer::new(RegistryApi::new(reg.clone())));
+        let mut serving = Serving::new(node, client, router, Duration::from_millis(cfg.shutdown_deadline_ms), "registry API");
         let timings = LeaseTimings {
             lease: Duration::from_millis(cfg.ownership_lease_ms),
             grace: Duration::from_millis(cfg.ownership_grace_ms),
         };
-        let duties = tokio::spawn(leader::run(reg.clone(), timings, rx));
-        info!(node_id = cfg.node_id, region = %cfg.region, raft = %node.raft_addr(), client = %client_addr, "registry node started");
-        RegistryServer {
-            node,
-            reg,
-            client_addr,
-            shutdown,
-            client_server,
-            duties,
-            shutdown_deadline: Duration::from_millis(cfg.shutdown_deadline_ms),
-        }
-    }
-
-    pub fn node_id(&self) -> u64 {
-        self.node.id()
-    }
-
-    /// Addresses as peers and clients see them.
-    pub fn node(&self) -> &Node {
-        self.node.node()
-    }
-
-    pub fn client_addr(&self) -> SocketAddr {
-        self.client_addr
-    }
-
-    pub fn raft_addr(&self) -> SocketAddr {
-        self.node.raft_addr()
-    }
-
-    pub fn metrics(&self) -> RaftMetrics {
-        self.node.metrics()
+        serving.keep(tokio::spawn(leader::run(reg.clone(), timings, serving.stop_signal())));
+        info!(node_id = cfg.node_id, region = %cfg.region, raft = %serving.raft_addr(), client = %serving.client_addr(), "registry node started");
+        RegistryServer { serving, reg }
     }
 
     /// Is this node leading with its ownership leases started (ready for renewals)?
@@ -129,24 +86,9 @@ impl RegistryServer {
         self.reg.assume_leader().is_ok() && self.reg.hooks.leases.lock().expect("leases lock").is_some()
     }
 
-    /// Forms the registry from `members` (call on one node, once).
-    pub async fn initialize(&self, members: BTreeMap<u64, Node>) -> Result<(), InitError> {
-        self.node.initialize(members).await
-    }
-
     /// Stops accepting calls, stops leader duties, stops Raft and closes RocksDB,
     /// within the configured deadline.
     pub async fn shutdown(self) {
-        let id = self.node.id();
-        let _ = self.shutdown.send(true);
-        let deadline = self.shutdown_deadline;
-        let work = async move {
-            let _ = self.duties.await;
-            let _ = self.client_server.await;
-            self.node.shutdown().await;
-        };
-        if tokio::time::timeout(deadline, work).await.is_err() {
-            warn!(node_id = id, ?deadline, "shutdown passed its deadline; giving up on a clean stop");
-        }
+        self.serving.shutdown().await;
     }
 }
