@@ -1,6 +1,6 @@
 //! `holdfast gateway run`: one region's stateless front door.
 
-use crate::serve::{second_signal_exits, wait_for_signal};
+use crate::serve::{overrides, until_signal};
 use clap::{Args, Subcommand};
 use holdfast_gateway::{GatewayConfig, GatewayServer};
 use std::path::PathBuf;
@@ -40,17 +40,10 @@ pub async fn run(cmd: GatewayCmd) -> Result<(), String> {
 }
 
 async fn run_gateway(a: RunArgs) -> Result<(), String> {
-    let mut overrides = Vec::new();
-    for (key, v) in [("region", a.region), ("registry_endpoints", a.registry), ("grpc_addr", a.grpc_addr), ("http_addr", a.http_addr)] {
-        if let Some(v) = v {
-            overrides.push((key, v));
-        }
-    }
+    let overrides = overrides([("region", a.region), ("registry_endpoints", a.registry), ("grpc_addr", a.grpc_addr), ("http_addr", a.http_addr)]);
     let cfg = GatewayConfig::load(a.config.as_deref(), &overrides).map_err(|e| e.to_string())?;
     let server = GatewayServer::bind(&cfg).await.map_err(|e| format!("cannot start the gateway: {e}"))?;
     println!("gateway {} up: grpc {} http {}", cfg.region, server.grpc_addr(), server.http_addr());
-    wait_for_signal().await;
-    second_signal_exits();
-    server.shutdown().await;
+    until_signal(server.shutdown()).await;
     Ok(())
 }

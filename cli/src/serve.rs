@@ -28,24 +28,59 @@ pub enum CellCmd {
     },
 }
 
+/// The flags every Raft node takes, cell node or registry voter; each overrides the
+/// same key of the node's config file (and of `HOLDFAST_*`).
 #[derive(Debug, Args)]
-pub struct RunArgs {
-    /// TOML file with the node's settings (see docs/runbooks/cell-bootstrap.md).
+pub struct NodeArgs {
+    /// TOML file with the node's settings (docs/runbooks/cell-bootstrap.md); flags
+    /// override it.
     #[arg(long)]
     config: Option<PathBuf>,
     #[arg(long)]
     node_id: Option<u64>,
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Where peers reach this node's Raft service (and RaftAdmin).
     #[arg(long)]
     raft_addr: Option<String>,
+    /// Where clients reach this node's API.
     #[arg(long)]
     client_addr: Option<String>,
+    /// The region this node runs in.
+    #[arg(long)]
+    region: Option<String>,
+}
+
+impl NodeArgs {
+    pub fn config(&self) -> Option<&std::path::Path> {
+        self.config.as_deref()
+    }
+
+    /// The config keys these flags set, plus `more`.
+    pub fn overrides(&self, more: impl IntoIterator<Item = (&'static str, Option<String>)>) -> Vec<(&'static str, String)> {
+        let own = [
+            ("node_id", self.node_id.map(|v| v.to_string())),
+            ("data_dir", self.data_dir.as_ref().map(|v| v.display().to_string())),
+            ("raft_addr", self.raft_addr.clone()),
+            ("client_addr", self.client_addr.clone()),
+            ("region", self.region.clone()),
+        ];
+        overrides(own.into_iter().chain(more))
+    }
+}
+
+/// The keys that were given.
+pub(crate) fn overrides(pairs: impl IntoIterator<Item = (&'static str, Option<String>)>) -> Vec<(&'static str, String)> {
+    pairs.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect()
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    node: NodeArgs,
     /// The cell's name (the registry knows it by this name).
     #[arg(long)]
     cell: Option<String>,
-    #[arg(long)]
-    region: Option<String>,
     /// Registry client addresses, comma-separated: the cell follows the registry
     /// (ownership lease, adoption, seals) instead of admin calls.
     #[arg(long)]
@@ -77,36 +112,24 @@ pub async fn run(cmd: CellCmd) -> Result<(), String> {
 }
 
 async fn run_node(a: RunArgs) -> Result<(), String> {
-    let mut overrides = Vec::new();
-    if let Some(v) = a.node_id {
-        overrides.push(("node_id", v.to_string()));
-    }
-    if let Some(v) = a.data_dir {
-        overrides.push(("data_dir", v.display().to_string()));
-    }
-    if let Some(v) = a.raft_addr {
-        overrides.push(("raft_addr", v));
-    }
-    if let Some(v) = a.client_addr {
-        overrides.push(("client_addr", v));
-    }
-    for (key, v) in [("cell", a.cell), ("region", a.region), ("registry_endpoints", a.registry), ("metrics_addr", a.metrics_addr), ("unsafe_plant", a.unsafe_plant)] {
-        if let Some(v) = v {
-            overrides.push((key, v));
-        }
-    }
-    let cfg = CellConfig::load(a.config.as_deref(), &overrides).map_err(|e| e.to_string())?;
+    let overrides = a.node.overrides([("cell", a.cell), ("registry_endpoints", a.registry), ("metrics_addr", a.metrics_addr), ("unsafe_plant", a.unsafe_plant)]);
+    let cfg = CellConfig::load(a.node.config(), &overrides).map_err(|e| e.to_string())?;
     let server = CellServer::start(&cfg).await.map_err(|e| format!("cannot start the node: {e}"))?;
     println!("cell {} node {} up: raft {} client {}", cfg.cell, cfg.node_id, server.raft_addr(), server.client_addr());
+    until_signal(server.shutdown()).await;
+    Ok(())
+}
+
+/// Runs until SIGINT or SIGTERM, then `stop` (a second signal exits at once).
+pub(crate) async fn until_signal(stop: impl std::future::Future<Output = ()>) {
     wait_for_signal().await;
     second_signal_exits();
-    server.shutdown().await;
-    Ok(())
+    stop.await;
 }
 
 /// After the first signal: a second one exits at once, for an operator who will not
 /// wait out a shutdown deadline.
-pub(crate) fn second_signal_exits() {
+fn second_signal_exits() {
     info!("shutting down (a second signal exits at once)");
     tokio::spawn(async {
         wait_for_signal().await;
