@@ -20,34 +20,18 @@ pub struct GatewayConfig {
     pub shutdown_deadline_ms: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot load the configuration: {0}")]
-    Load(#[from] config::ConfigError),
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
+pub use holdfast_settings::ConfigError;
 
 impl GatewayConfig {
     pub fn load(file: Option<&Path>, overrides: &[(&str, String)]) -> Result<GatewayConfig, ConfigError> {
-        let mut b = config::Config::builder()
-            .set_default("region", "local")?
-            .set_default("registry_endpoints", "")?
-            .set_default("grpc_addr", "127.0.0.1:7400")?
-            .set_default("http_addr", "127.0.0.1:7480")?
-            .set_default("shutdown_deadline_ms", 5000)?;
-        if let Some(f) = file {
-            b = b.add_source(config::File::from(f));
-        }
-        // The prefix separator must be set or `HOLDFAST_X` is silently ignored. The
-        // command line's own variables are not gateway settings.
-        let vars: config::Map<String, String> =
-            std::env::vars().filter(|(k, _)| !holdfast_core::CLI_ONLY_ENV.contains(&k.as_str())).collect();
-        b = b.add_source(config::Environment::with_prefix("HOLDFAST").prefix_separator("_").separator("__").try_parsing(true).source(Some(vars)));
-        for (k, v) in overrides {
-            b = b.set_override(*k, v.clone())?;
-        }
-        let c: GatewayConfig = b.build()?.try_deserialize()?;
+        let defaults: [(&str, config::Value); 5] = [
+            ("region", "local".into()),
+            ("registry_endpoints", "".into()),
+            ("grpc_addr", "127.0.0.1:7400".into()),
+            ("http_addr", "127.0.0.1:7480".into()),
+            ("shutdown_deadline_ms", 5000.into()),
+        ];
+        let c: GatewayConfig = holdfast_settings::layered(&defaults, file, overrides)?;
         c.validate()?;
         Ok(c)
     }

@@ -11,14 +11,7 @@ use serde::de::DeserializeOwned;
 use crate::node::RaftTimings;
 use crate::types::NodeId;
 
-/// A configuration that cannot work.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot load the configuration: {0}")]
-    Load(#[from] config::ConfigError),
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
+pub use holdfast_settings::{environment, ConfigError};
 
 /// Default of `shutdown_deadline_ms`, the longest a graceful shutdown may take.
 pub const DEFAULT_SHUTDOWN_DEADLINE_MS: u64 = 5000;
@@ -43,29 +36,7 @@ pub fn load_layered<T: DeserializeOwned>(
         ("snapshot_every_logs", t.snapshot_every_logs.into()),
         ("shutdown_deadline_ms", DEFAULT_SHUTDOWN_DEADLINE_MS.into()),
     ];
-    let mut b = config::Config::builder();
-    for (k, v) in node_defaults.iter().chain(defaults) {
-        b = b.set_default(*k, v.clone())?;
-    }
-    if let Some(f) = file {
-        b = b.add_source(config::File::from(f));
-    }
-    // The prefix separator must be set too or `HOLDFAST_X` is silently ignored
-    // (FIELD-NOTES).
-    b = b.add_source(environment());
-    for (k, v) in overrides {
-        b = b.set_override(*k, v.clone())?;
-    }
-    Ok(b.build()?.try_deserialize()?)
-}
-
-/// The `HOLDFAST_*` environment as a config source, without the command line's own
-/// variables (`holdfast_core::CLI_ONLY_ENV`): a shell that exported one for the CLI must
-/// still be able to start a node, whose config refuses unknown keys.
-pub fn environment() -> config::Environment {
-    let vars: config::Map<String, String> =
-        std::env::vars().filter(|(k, _)| !holdfast_core::CLI_ONLY_ENV.contains(&k.as_str())).collect();
-    config::Environment::with_prefix("HOLDFAST").prefix_separator("_").separator("__").try_parsing(true).source(Some(vars))
+    holdfast_settings::layered(node_defaults.iter().chain(defaults), file, overrides)
 }
 
 /// The checks every Raft node's configuration needs: a node id, timings under which a
