@@ -163,6 +163,19 @@ fn moves_of(log: &[Action]) -> BTreeMap<Key, usize> {
     n
 }
 
+/// The plan, an evacuation of it, a model registry (set up by `setup`) and the log of
+/// actions, after `Start` was driven to quiescence.
+fn started(setup: impl FnOnce(&Plan, &mut Registry)) -> (Plan, Evacuation, Registry, Vec<Action>) {
+    let plan = the_plan();
+    let mut ev = Evacuation::new(plan.clone());
+    let mut reg = Registry::new(&plan);
+    setup(&plan, &mut reg);
+    let mut log = Vec::new();
+    let a = ev.step(Input::Start);
+    drive(&mut ev, &mut reg, a, &mut log);
+    (plan, ev, reg, log)
+}
+
 #[test]
 fn happy_path_moves_every_shard_once_wave_by_wave() {
     let plan = the_plan();
@@ -215,13 +228,7 @@ fn a_health_gate_that_fails_holds_the_wave() {
 
 #[test]
 fn abort_mid_wave_never_moves_a_shard_twice_and_leaves_one_owner_each() {
-    let plan = the_plan();
-    let mut ev = Evacuation::new(plan.clone());
-    let mut reg = Registry::new(&plan);
-    reg.eager = false;
-    let mut log = Vec::new();
-    let a = ev.step(Input::Start);
-    drive(&mut ev, &mut reg, a, &mut log);
+    let (plan, mut ev, mut reg, mut log) = started(|_, r| r.eager = false);
     // Wave 0 is in flight: two moves sent, none complete. One completes now.
     let wave0: Vec<Key> = plan.waves[0].moves.iter().map(|m| (m.ns.clone(), m.shard.clone())).collect();
     assert_eq!(moves_of(&log).len(), 2);
@@ -261,12 +268,7 @@ fn abort_mid_wave_never_moves_a_shard_twice_and_leaves_one_owner_each() {
 
 #[test]
 fn resume_after_a_crash_mid_wave_finishes() {
-    let plan = the_plan();
-    let mut ev = Evacuation::new(plan.clone());
-    let mut reg = Registry::new(&plan);
-    let mut log = Vec::new();
-    let a = ev.step(Input::Start);
-    drive(&mut ev, &mut reg, a, &mut log); // runs to Done with an eager registry...
+    let (plan, ev, _, _) = started(|_, _| {}); // runs to Done with an eager registry...
     assert!(ev.succeeded());
 
     // ...so replay with a crash instead: wave 0 done, wave 1 gated, its two moves
@@ -317,13 +319,7 @@ fn resume_after_a_crash_mid_wave_finishes() {
 
 #[test]
 fn resume_waits_on_a_move_in_flight() {
-    let plan = the_plan();
-    let mut ev = Evacuation::new(plan.clone());
-    let mut reg = Registry::new(&plan);
-    reg.eager = false;
-    let mut log = Vec::new();
-    let a = ev.step(Input::Start);
-    drive(&mut ev, &mut reg, a, &mut log);
+    let (plan, ev, mut reg, _) = started(|_, r| r.eager = false);
     let saved = ev.to_json();
     let (mut ev, actions) = Evacuation::resume(Evacuation::progress_from_json(&saved).unwrap());
     let mut log2 = Vec::new();
@@ -341,14 +337,8 @@ fn resume_waits_on_a_move_in_flight() {
 
 #[test]
 fn a_refused_move_fails_its_shard_which_stays_home_with_one_owner() {
-    let plan = the_plan();
-    let mut ev = Evacuation::new(plan.clone());
-    let mut reg = Registry::new(&plan);
-    let refused = (plan.waves[1].moves[0].ns.clone(), plan.waves[1].moves[0].shard.clone());
-    reg.refuse = Some(refused.clone());
-    let mut log = Vec::new();
-    let a = ev.step(Input::Start);
-    drive(&mut ev, &mut reg, a, &mut log);
+    let (plan, ev, reg, log) = started(|plan, r| r.refuse = Some((plan.waves[1].moves[0].ns.clone(), plan.waves[1].moves[0].shard.clone())));
+    let refused = reg.refuse.clone().unwrap();
     assert!(matches!(ev.phase(), Phase::Aborted { reason } if reason.contains("wave 1")), "{:?}", ev.phase());
     let s = ev.progress().shards.iter().find(|s| (s.ns.clone(), s.shard.clone()) == refused).unwrap();
     assert!(matches!(s.state, ShardState::Failed { .. }));
@@ -363,13 +353,7 @@ fn a_refused_move_fails_its_shard_which_stays_home_with_one_owner() {
 
 #[test]
 fn a_move_that_never_takes_is_retried_then_failed() {
-    let plan = the_plan();
-    let mut ev = Evacuation::new(plan.clone());
-    let mut reg = Registry::new(&plan);
-    reg.deaf = true;
-    let mut log = Vec::new();
-    let a = ev.step(Input::Start);
-    drive(&mut ev, &mut reg, a, &mut log);
+    let (plan, ev, reg, log) = started(|_, r| r.deaf = true);
     assert!(matches!(ev.phase(), Phase::Aborted { .. }));
     for m in &plan.waves[0].moves {
         assert_eq!(moves_of(&log)[&(m.ns.clone(), m.shard.clone())], MAX_ATTEMPTS as usize);
@@ -379,13 +363,7 @@ fn a_move_that_never_takes_is_retried_then_failed() {
 
 #[test]
 fn resume_after_abort_re_sends_the_aborts() {
-    let plan = the_plan();
-    let mut ev = Evacuation::new(plan.clone());
-    let mut reg = Registry::new(&plan);
-    reg.eager = false;
-    let mut log = Vec::new();
-    let a = ev.step(Input::Start);
-    drive(&mut ev, &mut reg, a, &mut log);
+    let (_, mut ev, mut reg, mut log) = started(|_, r| r.eager = false);
     let aborts = ev.step(Input::Abort { reason: "crash before the aborts were sent".into() });
     assert_eq!(aborts.iter().filter(|x| matches!(x, Action::AbortMove { .. })).count(), 2);
     let (mut ev, actions) = Evacuation::resume(Evacuation::progress_from_json(&ev.to_json()).unwrap());
