@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 #[derive(Debug)]
@@ -87,7 +87,7 @@ impl GatewayServer {
             .add_service(reflection_v1alpha)
             .add_service(LockServiceServer::new(LockFront(gw.clone())))
             .add_service(RegistryServiceServer::new(RegistryFront(gw.clone())))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
+            .serve_with_incoming_shutdown(TcpIncoming::from(grpc).with_nodelay(Some(true)), async move {
                 let _ = stop.wait_for(|s| *s).await;
             });
         tasks.push(tokio::spawn(async move {

@@ -15,7 +15,7 @@ use rocksdb::DB;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 use crate::admin::RaftAdminService;
@@ -170,7 +170,7 @@ impl<S: ReplicatedState> RaftNode<S> {
         let server = tonic::transport::Server::builder()
             .add_service(RaftGrpcService::new(raft.clone()).into_server(config.network.max_message_bytes))
             .add_service(RaftAdminService::new(raft.clone()).into_server())
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), async {
                 let _ = stop_rx.await;
             });
         let server = tokio::spawn(server);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tracing::warn;
 
 #[derive(Debug)]
@@ -32,7 +32,7 @@ impl<S: ReplicatedState> Serving<S> {
         let client_addr = client.local_addr().expect("a bound listener has an address");
         let (stop, rx) = watch::channel(false);
         let mut stopped = rx;
-        let svc = router.serve_with_incoming_shutdown(TcpListenerStream::new(client), async move {
+        let svc = router.serve_with_incoming_shutdown(TcpIncoming::from(client).with_nodelay(Some(true)), async move {
             let _ = stopped.wait_for(|s| *s).await;
         });
         let server = tokio::spawn(async move {
