@@ -1,0 +1,79 @@
+//! holdfast through its SDK: one session per client (renewed in the background), an
+//! exclusive acquire that waits, a release with the token.
+
+use crate::Locker;
+use holdfast_client::{AcquireOptions, Client, Lock, Session, SessionOptions};
+use std::time::Duration;
+
+pub struct HoldfastLocker {
+    session: Session,
+    held: Option<Lock>,
+}
+
+impl HoldfastLocker {
+    pub async fn connect(endpoints: &[String], ns: &str, shard: &str) -> Result<HoldfastLocker, String> {
+        let client = Client::connect(endpoints).await.map_err(|e| e.to_string())?;
+        let session = client.create_session(SessionOptions::new(ns, shard, Duration::from_secs(10)).label("bench")).await.map_err(|e| e.to_string())?;
+        Ok(HoldfastLocker { session, held: None })
+    }
+}
+
+impl Locker for HoldfastLocker {
+    async fn lock(&mut self, key: &str) -> Result<(), String> {
+        let l = self.session.acquire(key, AcquireOptions::new().wait(Duration::from_secs(30))).await.map_err(|e| e.to_string())?;
+        self.held = Some(l);
+        Ok(())
+    }
+
+    async fn unlock(&mut self) -> Result<(), String> {
+        match self.held.take() {
+            Some(l) => l.release().await.map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Creates the namespace `bench` (correctness, fail-closed; the gateway's acquire-rate
+/// quota lifted so it does not cap the benchmark; no lock-delay) and places its shard
+/// `default` on `cell`. What exists already is left alone.
+pub async fn setup(endpoint: &str, cell: &str) -> Result<(), String> {
+    use holdfast_proto::admin::v1 as apb;
+    use holdfast_proto::lock::v1 as pb;
+    use holdfast_proto::registry::v1 as rpb;
+    use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+    let mut reg = RegistryServiceClient::connect(format!("http://{endpoint}")).await.map_err(|e| e.to_string())?;
+    if reg.get_namespace(rpb::GetNamespaceRequest { name: "bench".into() }).await.is_err() {
+        let config = apb::NamespaceConfig {
+            name: "bench".into(),
+            owner: "bench".into(),
+            intent: pb::Intent::Correctness as i32,
+            posture: pb::Posture::FailClosed as i32,
+            ttl_min_ms: 1_000,
+            ttl_max_ms: 60_000,
+            quotas: Some(apb::Quotas { max_keys: 10_000, max_sessions: 10_000, max_waiters_per_lock: 1_000, max_value_bytes: 1_024, acquires_per_second: 1_000_000 }),
+            ..Default::default()
+        };
+        reg.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.map_err(|s| s.message().to_owned())?;
+    }
+    let owner = reg.get_owner(rpb::GetOwnerRequest { ns: "bench".into(), shard: "default".into() }).await;
+    if owner.map(|o| o.into_inner().owner.is_none()).unwrap_or(true) {
+        reg.place_shard(rpb::PlaceShardRequest { ns: "bench".into(), shard: "default".into(), cell: cell.into() }).await.map_err(|s| s.message().to_owned())?;
+    }
+    // The cell serves the shard once it renewed with the registry: wait for a grant.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match HoldfastLocker::connect(&[endpoint.to_owned()], "bench", "default").await {
+            Ok(mut l) => {
+                if l.lock("bench-setup").await.is_ok() {
+                    return l.unlock().await;
+                }
+            }
+            Err(e) if std::time::Instant::now() > deadline => return Err(e),
+            Err(_) => {}
+        }
+        if std::time::Instant::now() > deadline {
+            return Err("the bench shard is not served within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark: holdfast against its anchor, a 3-member etcd 3.4 cluster
+# (Debian etcd-server, v3lock API), on this machine, in this run. Same workloads, same
+# client machine, rounds in alternating order; medians and ratios in the summary. Not part of CI
+# (DESIGN.md: benchmarks do not run in CI). See docs/benchmarks.md.
+#
+#   scripts/bench.sh                 # 10 s per workload per system
+#   BENCH_SECONDS=30 BENCH_ROUNDS=5 scripts/bench.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+secs="${BENCH_SECONDS:-10}"
+out="bench/results/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+work="$(mktemp -d /tmp/holdfast-bench.XXXXXX)"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    sleep 3
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The anchor and its client's build dependency.
+need=()
+command -v etcd >/dev/null || need+=(etcd-server)
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+
+# Optimized builds of both sides' clients and of the holdfast server (the `perf`
+# profile is release without debug info; its RocksDB build takes 15-20 min once).
+cargo build --profile perf --locked -p holdfast -p holdfast-bench --features holdfast-bench/etcd
+bin="$CARGO_TARGET_DIR/perf"
+
+echo "== etcd $(etcd --version | head -1 | awk '{print $3}'): 3 members on loopback"
+initial="e1=http://127.0.0.1:21380,e2=http://127.0.0.1:22380,e3=http://127.0.0.1:23380"
+for i in 1 2 3; do
+    etcd --name "e$i" --data-dir "$work/etcd-$i" \
+        --listen-client-urls "http://127.0.0.1:2${i}379" --advertise-client-urls "http://127.0.0.1:2${i}379" \
+        --listen-peer-urls "http://127.0.0.1:2${i}380" --initial-advertise-peer-urls "http://127.0.0.1:2${i}380" \
+        --initial-cluster "$initial" --initial-cluster-state new --initial-cluster-token holdfast-bench \
+        --log-level warn >"$work/etcd-$i.log" 2>&1 &
+    pids+=($!)
+done
+etcd_eps="127.0.0.1:21379,127.0.0.1:22379,127.0.0.1:23379"
+for _ in $(seq 60); do
+    ETCDCTL_API=3 etcdctl --endpoints "$etcd_eps" endpoint health >/dev/null 2>&1 && break
+    sleep 0.5
+done
+
+echo "== holdfast: one region (a registry voter, a 3-node cell, a gateway) on loopback"
+"$bin/holdfast" dev --regions 1 --base-port 7400 --data-dir "$work/holdfast" >"$work/holdfast.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 240); do [ -f "$work/holdfast/endpoints.json" ] && break; sleep 0.5; done
+[ -f "$work/holdfast/endpoints.json" ] || { tail -20 "$work/holdfast.log"; exit 1; }
+gateway="127.0.0.1:7400"
+cell="127.0.0.1:7404,127.0.0.1:7405,127.0.0.1:7406"
+"$bin/holdfast-bench" setup --endpoints "$gateway" --cell east-1
+
+{
+    echo "commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ), $(nproc) cores"
+    echo "etcd $(etcd --version | head -1 | awk '{print $3}'); $secs s per workload per system, ${BENCH_ROUNDS:-3} rounds"
+} >"$out/README"
+rounds="${BENCH_ROUNDS:-3}"
+systems=(etcd holdfast-gateway holdfast-cell)
+for round in $(seq "$rounds"); do
+    for w in single parallel contended; do
+        # Alternate the order every round, so no system always runs on the warmer (or
+        # the more fragmented) machine.
+        order=("${systems[@]}")
+        if [ $((round % 2)) -eq 0 ]; then order=(holdfast-cell holdfast-gateway etcd); fi
+        for sys in "${order[@]}"; do
+            case $sys in
+                etcd) args=(--system etcd --endpoints "$etcd_eps") ;;
+                holdfast-gateway) args=(--system holdfast --endpoints "$gateway" --label gateway) ;;
+                holdfast-cell) args=(--system holdfast --endpoints "$cell" --label cell) ;;
+            esac
+            echo "-- round $round: $w $sys"
+            "$bin/holdfast-bench" run --workload "$w" --seconds "$secs" "${args[@]}" | tee -a "$out/results.jsonl"
+        done
+    done
+done
+python3 scripts/bench_summary.py "$out/results.jsonl" | tee "$out/summary.md"
+echo "results in $out"

@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Turns holdfast-bench's JSON lines (several rounds) into a Markdown table: per
+workload and system, the median over rounds of each figure, the spread of the
+throughput, and the ratios of the medians to etcd's."""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+runs = defaultdict(list)
+for r in rows:
+    runs[(r["workload"], r["system"] + (f" ({r['label']})" if r.get("label") else ""))].append(r)
+
+
+def med(rs, k):
+    return statistics.median(r[k] for r in rs)
+
+
+aims = {"single": "≥ 2× cycles/s, ≤ 0.5× acquire p99", "parallel": "≥ 2× cycles/s", "contended": "≥ 3× hand-offs/s"}
+print("| workload | system | clients | rounds | ops/s (median) | ops/s min–max | acquire p50 ms | acquire p99 ms | cycle p99 ms | errors | ops/s vs etcd | acquire p99 vs etcd |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for w in ["single", "parallel", "contended"]:
+    etcd = runs.get((w, "etcd"))
+    for (rw, name), rs in runs.items():
+        if rw != w:
+            continue
+        ops = [r["ops_per_s"] for r in rs]
+        if etcd:
+            thr = f"{med(rs, 'ops_per_s') / med(etcd, 'ops_per_s'):.2f}×"
+            lat = f"{med(rs, 'acquire_p99_ms') / med(etcd, 'acquire_p99_ms'):.2f}×"
+        else:
+            thr = lat = "-"
+        print(
+            f"| {w} | {name} | {rs[0]['clients']} | {len(rs)} | {med(rs, 'ops_per_s'):.0f} | {min(ops):.0f}–{max(ops):.0f} "
+            f"| {med(rs, 'acquire_p50_ms'):.2f} | {med(rs, 'acquire_p99_ms'):.2f} | {med(rs, 'cycle_p99_ms'):.2f} "
+            f"| {sum(r['errors'] for r in rs)} | {thr} | {lat} |"
+        )
+print()
+for w, a in aims.items():
+    print(f"- {w}: DESIGN.md aims for {a}")
