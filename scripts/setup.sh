@@ -6,11 +6,14 @@
 #   clang          the C++ compiler RocksDB's build prefers (gcc also works)
 #   faketime       libfaketime: the tests step a cell process's wall clock by hours
 #                  (cli/tests/processes.rs) to show no expiry reads it
+#   iproute2       `ip` and `bridge`: `holdfast dev --netns` puts regions in network
+#                  namespaces and the drills cut one off at its bridge port
+#                  (cli/tests/netns.rs, cli/tests/drill.rs)
 #   protoc         not needed: holdfast-proto uses the protoc-bin-vendored crate
 set -euo pipefail
 
 need=()
-for pkg in libclang-dev clang faketime libfaketime; do
+for pkg in libclang-dev clang faketime libfaketime iproute2; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 
