@@ -266,6 +266,9 @@ pub async fn evacuate(ctx: &Ctx, plan: Plan) -> Result<Evacuation, String> {
             println!("{}", plan.to_markdown());
             std::fs::write(ctx.dir.join("plan.json"), plan.to_json()).map_err(|e| e.to_string())?;
             std::fs::write(ctx.dir.join("plan.md"), plan.to_markdown()).map_err(|e| e.to_string())?;
+            // A new evacuation: an abort request left over from an earlier one is stale.
+            // (A resumed one honours it: the operator asked for it.)
+            let _ = std::fs::remove_file(ctx.abort_file());
             let mut ev = Evacuation::new(plan);
             ctx.save(&ev)?;
             let queue = VecDeque::from(ev.step(Input::Start));
@@ -341,6 +344,7 @@ pub async fn rollback(ctx: &Ctx, region: &str) -> Result<Evacuation, String> {
             (ev, VecDeque::from(a))
         }
         None => {
+            let _ = std::fs::remove_file(ctx.abort_file());
             let mut ev = Evacuation::new(plan);
             ctx.save(&ev)?;
             let q = VecDeque::from(ev.step(Input::Start));
@@ -394,7 +398,6 @@ impl Drop for PidFile {
 pub async fn drive(ctx: &Ctx, mut ev: Evacuation, mut queue: VecDeque<Action>) -> Result<Evacuation, String> {
     std::fs::write(ctx.pid_file(), std::process::id().to_string()).map_err(|e| e.to_string())?;
     let _pid = PidFile(ctx.pid_file());
-    let _ = std::fs::remove_file(ctx.abort_file());
     let deadline = tokio::time::Instant::now() + ctx.timeout;
     let mut last = (ev.phase().clone(), ev.progress().gate_passed);
     loop {
