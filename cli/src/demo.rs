@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
+use crate::dev::endpoints::Endpoints;
 use clap::Args;
 use holdfast_core::{FencingToken, LockName, NamespaceName, ShardKey, ShardName};
 use holdfast_fence::{FencedStore, LockId, MemoryFence};
@@ -157,7 +158,7 @@ pub async fn run(a: DemoArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot start holdfast dev: {e}"))?,
     );
     let endpoints = wait_endpoints(&data, &mut procs).await?;
-    let gw = endpoints["regions"]["east"]["gateway"]["grpc"].as_str().ok_or("no east gateway in endpoints.json")?.to_owned();
+    let gw = endpoints.regions.get("east").ok_or("no east gateway in endpoints.json")?.gateway.grpc.clone();
     t.say(format!("playground ready; east gateway {gw}"));
 
     let ledger = MemoryFence::new("demo-ledger");
@@ -226,13 +227,11 @@ fn tempfile_dir() -> Result<PathBuf, String> {
     Ok(d)
 }
 
-async fn wait_endpoints(data: &Path, procs: &mut Procs) -> Result<Value, String> {
+async fn wait_endpoints(data: &Path, procs: &mut Procs) -> Result<Endpoints, String> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        if let Ok(text) = std::fs::read_to_string(data.join("endpoints.json")) {
-            if let Ok(v) = serde_json::from_str::<Value>(&text) {
-                return Ok(v);
-            }
+        if Endpoints::file(data).exists() {
+            return Endpoints::read(data);
         }
         if let Some(status) = procs.0[0].try_wait().map_err(|e| e.to_string())? {
             return Err(format!("holdfast dev exited ({status}) before it was ready"));

@@ -9,6 +9,7 @@
 //! registry's records on a first start and waits for readiness.
 
 mod bootstrap;
+pub mod endpoints;
 mod layout;
 mod netns;
 mod supervisor;
@@ -16,9 +17,9 @@ mod supervisor;
 use crate::serve::admin;
 use bootstrap::{DEMO_NS, DEMO_SHARD};
 use clap::Args;
+use endpoints::Endpoints;
 use holdfast_proto::raft::v1 as rpb;
 use layout::{Layout, NodeSpec, Settings};
-use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use supervisor::{Supervisor, Tier};
@@ -255,20 +256,9 @@ fn node_args(n: &NodeSpec) -> Vec<String> {
     a
 }
 
-fn node_json(sup: &Supervisor, n: &NodeSpec) -> Value {
-    let argv = sup.procs().iter().find(|p| p.name == n.name).map(|p| p.argv.clone()).unwrap_or_default();
-    json!({
-        "name": n.name, "node_id": n.node_id, "raft": n.raft, "client": n.client, "metrics": n.metrics,
-        "pid": sup.pid(&n.name), "data_dir": n.data_dir, "log": log_of(sup, &n.name), "argv": argv,
-    })
-}
-
-fn log_of(sup: &Supervisor, name: &str) -> Option<PathBuf> {
-    sup.procs().iter().find(|p| p.name == name).map(|p| p.log.clone())
-}
-
 fn write_endpoints(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
-    layout::write_atomic(&layout.endpoints_file(), &serde_json::to_string_pretty(&endpoints(sup, layout)).expect("json"))
+    let demo = endpoints::Demo { ns: DEMO_NS.into(), shard: DEMO_SHARD.into(), cell: layout.regions[0].cell.name.clone() };
+    Endpoints::of(sup, layout, demo).write(&layout.data_dir)
 }
 
 /// SIGHUP: starts every process that has exited again (same command line, log file and
@@ -319,39 +309,6 @@ async fn wait_up(sup: &Supervisor, layout: &Layout, name: &str) -> Result<(), St
         }
     }
     Err(format!("no process {name} in the layout"))
-}
-
-/// endpoints.json (format in docs/playground.md).
-fn endpoints(sup: &Supervisor, layout: &Layout) -> Value {
-    let mut regions = serde_json::Map::new();
-    for r in &layout.regions {
-        let g = &r.gateway;
-        regions.insert(
-            r.name.clone(),
-            json!({
-                "gateway": { "name": g.name, "grpc": g.grpc, "http": g.http, "pid": sup.pid(&g.name), "log": log_of(sup, &g.name) },
-                "registry": node_json(sup, &r.registry),
-                "cells": [{ "cell": r.cell.name, "nodes": r.cell.nodes.iter().map(|n| node_json(sup, n)).collect::<Vec<_>>() }],
-            }),
-        );
-    }
-    let netns = layout.netns.as_ref().map(|n| {
-        let regions: serde_json::Map<String, Value> = n
-            .regions
-            .iter()
-            .map(|r| (r.region.clone(), json!({ "netns": r.netns, "host_veth": r.host_veth, "veth": r.peer_veth, "ip": r.ip })))
-            .collect();
-        json!({ "bridge": n.bridge, "bridge_ip": n.bridge_ip, "prefix_len": layout::NETNS_PREFIX, "regions": regions })
-    });
-    json!({
-        "version": 1,
-        "data_dir": layout.data_dir,
-        "supervisor_pid": std::process::id(),
-        "registry_endpoints": layout.registry_endpoints(None),
-        "demo": { "ns": DEMO_NS, "shard": DEMO_SHARD, "cell": layout.regions[0].cell.name },
-        "netns": netns,
-        "regions": regions,
-    })
 }
 
 fn print_table(sup: &Supervisor, layout: &Layout) {

@@ -1,89 +1,56 @@
 //! A running playground as `holdfast dev` describes it in `endpoints.json`, and the
 //! registry reached through any of its gateways.
 
+use crate::dev::endpoints::{CellEndpoints, Endpoints, RegionEndpoints};
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_proto::status::code_of;
-use serde_json::Value;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tonic::transport::Channel;
 
-#[derive(Debug, Clone)]
-pub struct Node {
-    pub name: String,
-    pub node_id: u64,
-    pub client: String,
-    pub raft: String,
-    pub pid: Option<u32>,
-}
+/// A Raft node of the playground (a cell node or a registry voter).
+pub type Node = crate::dev::endpoints::NodeEndpoints;
 
-#[derive(Debug, Clone)]
-pub struct CellNodes {
-    pub cell: String,
-    pub nodes: Vec<Node>,
-}
-
+/// A region: its name, its processes (endpoints.json), and its port on the bridge
+/// (`--netns` only).
 #[derive(Debug, Clone)]
 pub struct Region {
     pub name: String,
-    pub gateway_grpc: String,
-    pub gateway_pid: Option<u32>,
-    pub registry: Node,
-    pub cells: Vec<CellNodes>,
-    /// The host side of the region's veth on the playground's bridge (`--netns`).
     pub host_veth: Option<String>,
+    endpoints: RegionEndpoints,
+}
+
+impl std::ops::Deref for Region {
+    type Target = RegionEndpoints;
+    fn deref(&self) -> &RegionEndpoints {
+        &self.endpoints
+    }
 }
 
 #[derive(Debug, Clone)]
 pub struct Playground {
     pub data_dir: PathBuf,
-    pub supervisor_pid: Option<u32>,
+    pub supervisor_pid: u32,
+    /// In the playground's order (east first).
     pub regions: Vec<Region>,
 }
 
-fn s(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_owned()
-}
-
-fn pid(v: &Value) -> Option<u32> {
-    v.as_u64().and_then(|p| u32::try_from(p).ok())
-}
-
-fn node(v: &Value) -> Node {
-    Node { name: s(&v["name"]), node_id: v["node_id"].as_u64().unwrap_or(0), client: s(&v["client"]), raft: s(&v["raft"]), pid: pid(&v["pid"]) }
-}
-
 impl Playground {
-    pub fn file(data_dir: &Path) -> PathBuf {
-        data_dir.join("endpoints.json")
-    }
-
     /// Reads `<data-dir>/endpoints.json`; it exists only while the playground is up.
     pub fn load(data_dir: &Path) -> Result<Playground, String> {
-        let f = Playground::file(data_dir);
-        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e} (is `holdfast dev --data-dir {}` running?)", f.display(), data_dir.display()))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
-        let mut regions = Vec::new();
-        for (name, r) in v["regions"].as_object().ok_or_else(|| format!("{}: no regions", f.display()))? {
-            let cells = r["cells"]
-                .as_array()
-                .map(|cs| cs.iter().map(|c| CellNodes { cell: s(&c["cell"]), nodes: c["nodes"].as_array().map(|n| n.iter().map(node).collect()).unwrap_or_default() }).collect())
-                .unwrap_or_default();
-            regions.push(Region {
+        let e = Endpoints::read(data_dir)?;
+        let regions = e
+            .regions
+            .iter()
+            .map(|(name, r)| Region {
                 name: name.clone(),
-                gateway_grpc: s(&r["gateway"]["grpc"]),
-                gateway_pid: pid(&r["gateway"]["pid"]),
-                registry: node(&r["registry"]),
-                cells,
-                host_veth: v["netns"]["regions"][name.as_str()]["host_veth"].as_str().map(str::to_owned),
-            });
-        }
-        // endpoints.json is an object: keep the playground's region order (east first).
-        let order = ["east", "west", "south", "north", "central"];
-        regions.sort_by_key(|r| order.iter().position(|o| *o == r.name).unwrap_or(order.len()));
-        Ok(Playground { data_dir: data_dir.to_owned(), supervisor_pid: pid(&v["supervisor_pid"]), regions })
+                host_veth: e.netns.as_ref().and_then(|n| n.regions.get(name)).map(|n| n.host_veth.clone()),
+                endpoints: r.clone(),
+            })
+            .collect();
+        Ok(Playground { data_dir: data_dir.to_owned(), supervisor_pid: e.supervisor_pid, regions })
     }
 
     pub fn region(&self, name: &str) -> Result<&Region, String> {
@@ -94,7 +61,7 @@ impl Playground {
         self.regions.iter().map(|r| r.name.clone()).collect()
     }
 
-    pub fn cell(&self, cell: &str) -> Result<(&Region, &CellNodes), String> {
+    pub fn cell(&self, cell: &str) -> Result<(&Region, &CellEndpoints), String> {
         self.regions
             .iter()
             .flat_map(|r| r.cells.iter().map(move |c| (r, c)))
@@ -106,7 +73,7 @@ impl Playground {
     pub fn gateways(&self, first: Option<&str>) -> Vec<String> {
         let mut rs: Vec<&Region> = self.regions.iter().collect();
         rs.sort_by_key(|r| Some(r.name.as_str()) != first);
-        rs.iter().map(|r| r.gateway_grpc.clone()).collect()
+        rs.iter().map(|r| r.gateway.grpc.clone()).collect()
     }
 
     pub fn registry(&self) -> Reg {

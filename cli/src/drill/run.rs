@@ -337,7 +337,7 @@ async fn failover(ctx: &Ctx, shards: &[String], to: &str, planned: bool) -> Resu
 async fn process_faults_scenario(ctx: &Ctx, pg: &Playground, region: &str, owners: &Owners, resource: Arc<Resource>, ttl_ms: u64, outage: Duration) -> Result<(), String> {
     let rec = &ctx.rec;
     let ledger = holder::serve(resource).await?;
-    let gw = pg.regions[0].gateway_grpc.clone();
+    let gw = pg.regions[0].gateway.grpc.clone();
     let lock = "s0-zombie";
     let mut a = Holder::start(rec.clone(), owners, &gw, &ledger, NS, "s0", lock, ttl_ms, Duration::from_secs(30)).await?;
     if a.write("a:1").await != Some(true) {
