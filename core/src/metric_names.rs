@@ -21,6 +21,7 @@ pub const RAFT_TERM: &str = "holdfast_raft_term";
 pub const RAFT_COMMIT_INDEX: &str = "holdfast_raft_commit_index";
 pub const RAFT_APPLIED_INDEX: &str = "holdfast_raft_applied_index";
 pub const RAFT_FSYNC: &str = "holdfast_raft_fsync_seconds";
+pub const RAFT_PROPOSE: &str = "holdfast_raft_propose_seconds";
 // ---- ownership
 pub const SHARD_EPOCH: &str = "holdfast_shard_epoch";
 // ---- sessions (cell)

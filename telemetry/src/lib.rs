@@ -65,6 +65,7 @@ fn describe() {
     describe_gauge!(RAFT_COMMIT_INDEX, "The highest log index this node knows committed.");
     describe_gauge!(RAFT_APPLIED_INDEX, "The highest log index this node has applied.");
     describe_histogram!(RAFT_FSYNC, Unit::Seconds, "Duration of the synced RocksDB writes of the Raft log (votes and appends).");
+    describe_histogram!(RAFT_PROPOSE, Unit::Seconds, "On a leader: from proposing an entry to having its applied result (append, replication to a quorum, commit, apply), committed proposals only.");
     describe_gauge!(SHARD_EPOCH, "The ownership epoch at which this cell serves a shard, by namespace and shard.");
     describe_counter!(SESSIONS_EXPIRED, "Sessions this cell expired because their countdown ran out, by namespace.");
     describe_counter!(GATEWAY_STALE_ROUTES, "Calls a cell refused because the gateway's placement was stale (refreshed and retried once), by namespace.");

@@ -114,6 +114,7 @@ impl<S: ReplicatedState> Group<S> {
     /// may still commit, so the caller retries with the same request id and gets the
     /// real outcome.
     pub async fn propose(&self, _leader: Leader, payload: Vec<u8>) -> Result<Vec<u8>, Status> {
+        let started = std::time::Instant::now();
         let write = self.raft.client_write(Request::new(payload));
         // A leader that lost its quorum would hold the call forever.
         let r = tokio::time::timeout(PROPOSE_TIMEOUT, write)
@@ -126,6 +127,7 @@ impl<S: ReplicatedState> Group<S> {
                 )
             })?
             .map_err(|e| WriteError::from(e).to_status())?;
+        metrics::histogram!(holdfast_core::metric_names::RAFT_PROPOSE).record(started.elapsed().as_secs_f64());
         Ok(r.data.payload)
     }
 
