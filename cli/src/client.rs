@@ -38,6 +38,44 @@ pub enum IntentArg {
     Leadership,
 }
 
+/// A namespace's settings, as `ns create` (registry) and `ns apply` (admin mode) take
+/// them; 0 means the intent's default.
+#[derive(Debug, Args, Clone)]
+pub struct NsSettings {
+    #[arg(long)]
+    owner: String,
+    #[arg(long, value_enum, default_value = "correctness")]
+    intent: IntentArg,
+    #[arg(long, default_value_t = 0)]
+    lock_delay_ms: u64,
+    #[arg(long, default_value_t = 0)]
+    ttl_min_ms: u64,
+    #[arg(long, default_value_t = 0)]
+    ttl_max_ms: u64,
+    #[arg(long, default_value_t = 0)]
+    max_hold_ms: u64,
+}
+
+impl NsSettings {
+    fn config(self, name: String) -> apb::NamespaceConfig {
+        let intent = match self.intent {
+            IntentArg::Efficiency => pb::Intent::Efficiency,
+            IntentArg::Correctness => pb::Intent::Correctness,
+            IntentArg::Leadership => pb::Intent::Leadership,
+        } as i32;
+        apb::NamespaceConfig {
+            name,
+            owner: self.owner,
+            intent,
+            ttl_min_ms: self.ttl_min_ms,
+            ttl_max_ms: self.ttl_max_ms,
+            max_hold_ms: self.max_hold_ms,
+            lock_delay_ms: self.lock_delay_ms,
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum NsCmd {
     /// Create a namespace in the registry (through a gateway).
@@ -47,21 +85,11 @@ pub enum NsCmd {
         #[command(flatten)]
         gw: Gw,
         name: String,
-        #[arg(long)]
-        owner: String,
-        #[arg(long, value_enum, default_value = "correctness")]
-        intent: IntentArg,
+        #[command(flatten)]
+        settings: NsSettings,
         /// fail-closed (default) or fail-open (efficiency namespaces only).
         #[arg(long, default_value = "fail-closed")]
         posture: String,
-        #[arg(long, default_value_t = 0)]
-        lock_delay_ms: u64,
-        #[arg(long, default_value_t = 0)]
-        ttl_min_ms: u64,
-        #[arg(long, default_value_t = 0)]
-        ttl_max_ms: u64,
-        #[arg(long, default_value_t = 0)]
-        max_hold_ms: u64,
         /// Also place its shard `default` on this cell.
         #[arg(long)]
         place_on: Option<String>,
@@ -87,18 +115,8 @@ pub enum NsCmd {
     Apply {
         #[command(flatten)]
         target: Target,
-        #[arg(long)]
-        owner: String,
-        #[arg(long, value_enum, default_value = "correctness")]
-        intent: IntentArg,
-        #[arg(long, default_value_t = 0)]
-        lock_delay_ms: u64,
-        #[arg(long, default_value_t = 0)]
-        ttl_min_ms: u64,
-        #[arg(long, default_value_t = 0)]
-        ttl_max_ms: u64,
-        #[arg(long, default_value_t = 0)]
-        max_hold_ms: u64,
+        #[command(flatten)]
+        settings: NsSettings,
         /// Only a higher version replaces what the cell has.
         #[arg(long, default_value_t = 1)]
         version: u64,
@@ -253,15 +271,6 @@ pub enum LockCmd {
     },
 }
 
-async fn connect(endpoint: &str) -> Result<Channel, String> {
-    Channel::from_shared(format!("http://{endpoint}"))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(3))
-        .connect()
-        .await
-        .map_err(|e| format!("cannot reach {endpoint}: {e}"))
-}
-
 /// Calls `f` on `endpoint`; on NOT_LEADER with a hint, once more on the hinted leader.
 /// A transient refusal (`MOVING`, `UNAVAILABLE`, a leader election) is retried with
 /// backoff for up to 10 s, showing progress on stderr.
@@ -273,10 +282,10 @@ where
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut pause = Duration::from_millis(100);
     loop {
-        let answer = match f(connect(endpoint).await?).await {
+        let answer = match f(ops::channel(endpoint).await?).await {
             Ok(v) => return Ok(v),
             Err(s) => match s.metadata().get("holdfast-leader").and_then(|v| v.to_str().ok()).map(str::to_owned) {
-                Some(leader) if code(&s) == "NOT_LEADER" => f(connect(&leader).await?).await,
+                Some(leader) if code(&s) == "NOT_LEADER" => f(ops::channel(&leader).await?).await,
                 _ => Err(s),
             },
         };
@@ -307,28 +316,11 @@ fn shard_ref(t: &Target) -> Option<pb::ShardRef> {
 
 
 pub async fn ns(cmd: NsCmd) -> Result<(), String> {
-    let (target, owner, intent, lock_delay_ms, ttl_min_ms, ttl_max_ms, max_hold_ms, version) = match cmd {
-        NsCmd::Apply { target, owner, intent, lock_delay_ms, ttl_min_ms, ttl_max_ms, max_hold_ms, version } => {
-            (target, owner, intent, lock_delay_ms, ttl_min_ms, ttl_max_ms, max_hold_ms, version)
-        }
+    let (target, settings, version) = match cmd {
+        NsCmd::Apply { target, settings, version } => (target, settings, version),
         other => return ns_registry(other).await,
     };
-    let intent = match intent {
-        IntentArg::Efficiency => pb::Intent::Efficiency,
-        IntentArg::Correctness => pb::Intent::Correctness,
-        IntentArg::Leadership => pb::Intent::Leadership,
-    } as i32;
-    let config = apb::NamespaceConfig {
-        name: target.ns.clone(),
-        owner,
-        intent,
-        ttl_min_ms,
-        ttl_max_ms,
-        max_hold_ms,
-        lock_delay_ms,
-        version,
-        ..Default::default()
-    };
+    let config = apb::NamespaceConfig { version, ..settings.config(target.ns.clone()) };
     let r = call(&target.endpoint, |ch| {
         let config = config.clone();
         async move { CellAdminClient::new(ch).apply_namespace(apb::ApplyNamespaceRequest { config: Some(config) }).await }
@@ -508,18 +500,13 @@ pub async fn lock(cmd: LockCmd) -> Result<(), String> {
 
 async fn ns_registry(cmd: NsCmd) -> Result<(), String> {
     match cmd {
-        NsCmd::Create { gw, name, owner, intent, posture, lock_delay_ms, ttl_min_ms, ttl_max_ms, max_hold_ms, place_on } => {
-            let intent = match intent {
-                IntentArg::Efficiency => pb::Intent::Efficiency,
-                IntentArg::Correctness => pb::Intent::Correctness,
-                IntentArg::Leadership => pb::Intent::Leadership,
-            } as i32;
+        NsCmd::Create { gw, name, settings, posture, place_on } => {
             let posture = match posture.as_str() {
                 "fail-closed" => pb::Posture::FailClosed,
                 "fail-open" => pb::Posture::FailOpen,
                 other => return Err(format!("--posture {other:?}: expected fail-closed or fail-open")),
             } as i32;
-            let config = apb::NamespaceConfig { name: name.clone(), owner, intent, posture, ttl_min_ms, ttl_max_ms, max_hold_ms, lock_delay_ms, ..Default::default() };
+            let config = apb::NamespaceConfig { posture, ..settings.config(name.clone()) };
             let mut reg = ops::registry(&gw).await?;
             let r = reg.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.map_err(ops::failed)?.into_inner();
             if let Some(cell) = place_on {

@@ -43,6 +43,21 @@ pub enum RegionCmd {
     },
 }
 
+/// The shard a session or admin command addresses.
+#[derive(Debug, Args, Clone)]
+pub struct ShardSel {
+    #[arg(long)]
+    ns: String,
+    #[arg(long, default_value = "default")]
+    shard: String,
+}
+
+impl ShardSel {
+    fn shard_ref(&self) -> Option<pb::ShardRef> {
+        Some(pb::ShardRef { ns: self.ns.clone(), shard: self.shard.clone(), epoch: 0 })
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum SessionCmd {
     /// Sessions of a shard.
@@ -51,10 +66,8 @@ pub enum SessionCmd {
     List {
         #[command(flatten)]
         gw: Gw,
-        #[arg(long)]
-        ns: String,
-        #[arg(long, default_value = "default")]
-        shard: String,
+        #[command(flatten)]
+        at: ShardSel,
     },
     /// Close a session: its locks are released.
     ///
@@ -62,10 +75,8 @@ pub enum SessionCmd {
     Close {
         #[command(flatten)]
         gw: Gw,
-        #[arg(long)]
-        ns: String,
-        #[arg(long, default_value = "default")]
-        shard: String,
+        #[command(flatten)]
+        at: ShardSel,
         /// The session id, decimal or 0x-hex.
         id: String,
     },
@@ -79,10 +90,8 @@ pub enum AdminCmd {
     BreakLock {
         #[command(flatten)]
         gw: Gw,
-        #[arg(long)]
-        ns: String,
-        #[arg(long, default_value = "default")]
-        shard: String,
+        #[command(flatten)]
+        at: ShardSel,
         name: String,
         /// Why (required): it goes to the audit record.
         #[arg(long)]
@@ -114,7 +123,8 @@ pub enum ClusterCmd {
     },
 }
 
-async fn channel(endpoint: &str) -> Result<Channel, String> {
+/// A connection to one endpoint (`host:port`), or a one-line error.
+pub(crate) async fn channel(endpoint: &str) -> Result<Channel, String> {
     Channel::from_shared(format!("http://{endpoint}"))
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(3))
@@ -218,14 +228,11 @@ fn session_id(s: &str) -> Result<u64, String> {
     parsed.map_err(|_| format!("session id {s:?} is not a decimal or 0x-hex number"))
 }
 
-fn shard_ref(ns: &str, shard: &str) -> Option<pb::ShardRef> {
-    Some(pb::ShardRef { ns: ns.into(), shard: shard.into(), epoch: 0 })
-}
 
 pub async fn session(cmd: SessionCmd) -> Result<(), String> {
     match cmd {
-        SessionCmd::List { gw, ns, shard } => {
-            let r = locks(&gw).await?.list_sessions(pb::ListSessionsRequest { shard: shard_ref(&ns, &shard) }).await.map_err(failed)?.into_inner();
+        SessionCmd::List { gw, at } => {
+            let r = locks(&gw).await?.list_sessions(pb::ListSessionsRequest { shard: at.shard_ref() }).await.map_err(failed)?.into_inner();
             let rows: Vec<Value> = r
                 .sessions
                 .iter()
@@ -233,9 +240,9 @@ pub async fn session(cmd: SessionCmd) -> Result<(), String> {
                 .collect();
             emit(gw.output, &Value::Array(rows));
         }
-        SessionCmd::Close { gw, ns, shard, id } => {
+        SessionCmd::Close { gw, at, id } => {
             let session_id = session_id(&id)?;
-            locks(&gw).await?.close_session(pb::CloseSessionRequest { session_id, shard: shard_ref(&ns, &shard) }).await.map_err(failed)?;
+            locks(&gw).await?.close_session(pb::CloseSessionRequest { session_id, shard: at.shard_ref() }).await.map_err(failed)?;
             emit(gw.output, &json!({ "closed": format!("{session_id:#018x}") }));
         }
     }
@@ -243,11 +250,11 @@ pub async fn session(cmd: SessionCmd) -> Result<(), String> {
 }
 
 pub async fn admin(cmd: AdminCmd) -> Result<(), String> {
-    let AdminCmd::BreakLock { gw, ns, shard, name, reason, by } = cmd;
+    let AdminCmd::BreakLock { gw, at, name, reason, by } = cmd;
     if reason.trim().is_empty() {
         return Err("--reason must say why: it goes to the audit record".into());
     }
-    let mut req = tonic::Request::new(pb::BreakLockRequest { shard: shard_ref(&ns, &shard), name: name.clone(), reason });
+    let mut req = tonic::Request::new(pb::BreakLockRequest { shard: at.shard_ref(), name: name.clone(), reason });
     if let Ok(v) = by.parse() {
         req.metadata_mut().insert("holdfast-identity", v);
     }

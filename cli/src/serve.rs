@@ -5,7 +5,6 @@ use holdfast_cell::{CellConfig, CellServer};
 use holdfast_proto::raft::v1 as rpb;
 use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
 use std::path::PathBuf;
-use std::time::Duration;
 use tracing::{info, warn};
 
 #[derive(Debug, Subcommand)]
@@ -149,13 +148,7 @@ pub(crate) async fn wait_for_signal() {
 }
 
 pub(crate) async fn admin(endpoint: &str) -> Result<RaftAdminClient<tonic::transport::Channel>, String> {
-    let ch = tonic::transport::Channel::from_shared(format!("http://{endpoint}"))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(3))
-        .connect()
-        .await
-        .map_err(|e| format!("cannot reach {endpoint}: {e}"))?;
-    Ok(RaftAdminClient::new(ch))
+    Ok(RaftAdminClient::new(crate::ops::channel(endpoint).await?))
 }
 
 async fn init(a: InitArgs) -> Result<(), String> {
