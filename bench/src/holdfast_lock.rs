@@ -50,7 +50,13 @@ pub async fn setup(endpoint: &str, cell: &str) -> Result<(), String> {
             posture: pb::Posture::FailClosed as i32,
             ttl_min_ms: 1_000,
             ttl_max_ms: 60_000,
-            quotas: Some(apb::Quotas { max_keys: 10_000, max_sessions: 10_000, max_waiters_per_lock: 1_000, max_value_bytes: 1_024, acquires_per_second: 1_000_000 }),
+            quotas: Some(apb::Quotas {
+                max_keys: 10_000,
+                max_sessions: 10_000,
+                max_waiters_per_lock: 1_000,
+                max_value_bytes: 1_024,
+                acquires_per_second: 1_000_000,
+            }),
             ..Default::default()
         };
         reg.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.map_err(|s| s.message().to_owned())?;

@@ -12,9 +12,9 @@
 //! Latency is measured per operation with `Instant` around the awaited call; the
 //! percentiles are exact (all samples kept, sorted).
 
-mod holdfast_lock;
 #[cfg(feature = "etcd")]
 mod etcd_lock;
+mod holdfast_lock;
 
 use clap::{Parser, ValueEnum};
 use serde::Serialize;

@@ -313,8 +313,6 @@ fn shard_ref(t: &Target) -> Option<pb::ShardRef> {
     Some(pb::ShardRef { ns: t.ns.clone(), shard: t.shard.clone(), epoch: 0 })
 }
 
-
-
 pub async fn ns(cmd: NsCmd) -> Result<(), String> {
     let (target, settings, version) = match cmd {
         NsCmd::Apply { target, settings, version } => (target, settings, version),
@@ -349,7 +347,10 @@ pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
             })
             .await?
             .into_inner();
-            emit(target.output, &serde_json::json!({ "ns": target.ns, "shard": target.shard, "highest_token": r.highest_token.to_string(), "held_locks": r.held_locks }));
+            emit(
+                target.output,
+                &serde_json::json!({ "ns": target.ns, "shard": target.shard, "highest_token": r.highest_token.to_string(), "held_locks": r.held_locks }),
+            );
         }
         ShardCmd::Served { target } => {
             let r = call(&target.endpoint, |ch| async move { CellAdminClient::new(ch).status(apb::CellStatusRequest {}).await }).await?.into_inner();
@@ -373,7 +374,10 @@ pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
             let req = rpb::MoveShardRequest { ns: ns.clone(), shard: shard.clone(), to_cell: to.clone(), planned: !unplanned };
             let started = reg.move_shard(req).await.map_err(ops::failed)?.into_inner();
             let from_epoch = started.owner.as_ref().map_or(0, |o| o.epoch);
-            eprintln!("moving {ns}/{shard} to {to} ({})...", if unplanned { "unplanned: waiting out the source's lease" } else { "planned: waiting for the source's seal" });
+            eprintln!(
+                "moving {ns}/{shard} to {to} ({})...",
+                if unplanned { "unplanned: waiting out the source's lease" } else { "planned: waiting for the source's seal" }
+            );
             // Long operations show progress: poll until the new owner is active.
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
             loop {
@@ -418,11 +422,14 @@ pub async fn lock(cmd: LockCmd) -> Result<(), String> {
             })
             .await?
             .into_inner();
-            emit(target.output, &serde_json::json!({
-                "lock": name, "token": r.token.to_string(), "epoch": r.epoch, "session": format!("{session:#018x}"),
-                "ttl_remaining_ms": r.ttl_remaining_ms,
-                "note": "no keep-alive from this command: the hold ends when the session's TTL runs out"
-            }));
+            emit(
+                target.output,
+                &serde_json::json!({
+                    "lock": name, "token": r.token.to_string(), "epoch": r.epoch, "session": format!("{session:#018x}"),
+                    "ttl_remaining_ms": r.ttl_remaining_ms,
+                    "note": "no keep-alive from this command: the hold ends when the session's TTL runs out"
+                }),
+            );
         }
         LockCmd::Release { target, name, token } => {
             call(&target.endpoint, |ch| {
@@ -445,11 +452,14 @@ pub async fn lock(cmd: LockCmd) -> Result<(), String> {
                 .map(|h| serde_json::json!({ "session": format!("{:#018x}", h.session_id), "token": h.token.to_string(), "held_for_ms": h.held_for_ms, "value": String::from_utf8_lossy(&h.value) }))
                 .collect();
             let waiters: Vec<_> = d.waiters.iter().map(|w| serde_json::json!({ "session": w.session_id, "request_id": w.request_id })).collect();
-            emit(target.output, &serde_json::json!({
-                "lock": d.name, "holders": holders, "waiters": waiters, "token_floor": d.token_floor.to_string(),
-                "epoch": d.epoch, "lock_delayed": d.lock_delayed, "revision": d.revision,
-                "last_break": d.last_break.map(|b| serde_json::json!({ "by": b.by, "reason": b.reason, "new_floor": b.new_floor })),
-            }));
+            emit(
+                target.output,
+                &serde_json::json!({
+                    "lock": d.name, "holders": holders, "waiters": waiters, "token_floor": d.token_floor.to_string(),
+                    "epoch": d.epoch, "lock_delayed": d.lock_delayed, "revision": d.revision,
+                    "last_break": d.last_break.map(|b| serde_json::json!({ "by": b.by, "reason": b.reason, "new_floor": b.new_floor })),
+                }),
+            );
         }
         LockCmd::List { target, prefix } => {
             let r = call(&target.endpoint, |ch| {
@@ -479,11 +489,16 @@ pub async fn lock(cmd: LockCmd) -> Result<(), String> {
                 for e in batch.events {
                     let kind = pb::EventKind::try_from(e.kind).map_or("?".to_owned(), |k| k.as_str_name().to_lowercase());
                     let reason = pb::EndReason::try_from(e.reason).ok().filter(|r| *r != pb::EndReason::Unspecified).map(|r| r.as_str_name().to_lowercase());
-                    emit(target.output, &serde_json::json!({ "revision": e.revision, "event": kind, "reason": reason, "session": format!("{:#018x}", e.session_id), "token": e.token.to_string() }));
+                    emit(
+                        target.output,
+                        &serde_json::json!({ "revision": e.revision, "event": kind, "reason": reason, "session": format!("{:#018x}", e.session_id), "token": e.token.to_string() }),
+                    );
                 }
             }
         }
-        LockCmd::Exec { target, name, ttl_ms, wait_ms, command } => return crate::exec::run(&target.endpoint, &target.ns, &target.shard, &name, ttl_ms, wait_ms, &command).await,
+        LockCmd::Exec { target, name, ttl_ms, wait_ms, command } => {
+            return crate::exec::run(&target.endpoint, &target.ns, &target.shard, &name, ttl_ms, wait_ms, &command).await
+        }
         LockCmd::Check { target, name, token } => {
             let r = call(&target.endpoint, |ch| {
                 let req = pb::CheckTokenRequest { shard: shard_ref(&target), name: name.clone(), token };

@@ -10,11 +10,11 @@
 //! It prints the timeline with tokens and exits non-zero if any step did not happen as
 //! expected.
 
+use crate::dev::endpoints::Endpoints;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use crate::dev::endpoints::Endpoints;
 use clap::Args;
 use holdfast_core::{FencingToken, LockName, NamespaceName, ShardKey, ShardName};
 use holdfast_fence::{FencedStore, LockId, MemoryFence};
@@ -120,7 +120,10 @@ impl Worker {
     /// Waits for the worker's grant: its token.
     fn token(&mut self) -> Result<u64, String> {
         let l = self.line()?;
-        l.strip_prefix("TOKEN ").and_then(|t| t.split_whitespace().next()).and_then(|t| t.parse().ok()).ok_or_else(|| format!("worker said {l:?}, not its token"))
+        l.strip_prefix("TOKEN ")
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| format!("worker said {l:?}, not its token"))
     }
 
     fn write(&mut self, value: &str) -> Result<String, String> {

@@ -14,7 +14,8 @@ use tracing::warn;
 pub async fn run(endpoint: &str, ns: &str, shard: &str, name: &str, ttl_ms: u64, wait_ms: u64, command: &[String]) -> Result<(), String> {
     let (program, args) = command.split_first().ok_or("nothing to run after --")?;
     let client = Client::connect(&[endpoint]).await.map_err(|e| e.to_string())?;
-    let session = client.create_session(SessionOptions::new(ns, shard, Duration::from_millis(ttl_ms)).label("holdfast lock exec")).await.map_err(|e| e.to_string())?;
+    let session =
+        client.create_session(SessionOptions::new(ns, shard, Duration::from_millis(ttl_ms)).label("holdfast lock exec")).await.map_err(|e| e.to_string())?;
     let lock = session.acquire(name, AcquireOptions::new().wait(Duration::from_millis(wait_ms))).await.map_err(|e| e.to_string())?;
     eprintln!("holding {ns}/{shard}/{name} with token {}; running {program}", lock.token().0);
     let mut child = Command::new(program)

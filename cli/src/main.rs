@@ -79,7 +79,13 @@ fn main() -> ExitCode {
     // A drill provokes warnings on purpose (stale tokens, lost sessions): its report
     // says what happened.
     let drilling = matches!(cli.cmd, Cmd::Drill(_));
-    let default_filter = if serving { "info" } else if drilling { "error" } else { "warn" };
+    let default_filter = if serving {
+        "info"
+    } else if drilling {
+        "error"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
         .with_writer(std::io::stderr)

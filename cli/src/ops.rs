@@ -174,7 +174,8 @@ fn table(v: &Value) -> String {
             let keys: Vec<String> = rows[0].as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
             let cells: Vec<Vec<String>> = rows.iter().map(|r| keys.iter().map(|k| cell(&r[k])).collect()).collect();
             let widths: Vec<usize> = keys.iter().enumerate().map(|(i, k)| cells.iter().map(|r| r[i].len()).chain([k.len()]).max().unwrap_or(0)).collect();
-            let line = |vals: Vec<String>| vals.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_owned() + "\n";
+            let line =
+                |vals: Vec<String>| vals.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_owned() + "\n";
             let mut out = line(keys.iter().map(|k| k.to_uppercase()).collect());
             for r in cells {
                 out += &line(r);
@@ -212,7 +213,8 @@ pub async fn region(cmd: RegionCmd) -> Result<(), String> {
         .regions
         .iter()
         .map(|g| {
-            let state = rpb::RegionState::try_from(g.state).map_or("unknown".to_owned(), |s| s.as_str_name().trim_start_matches("REGION_STATE_").to_lowercase());
+            let state =
+                rpb::RegionState::try_from(g.state).map_or("unknown".to_owned(), |s| s.as_str_name().trim_start_matches("REGION_STATE_").to_lowercase());
             json!({ "region": g.region, "state": state })
         })
         .collect();
@@ -227,7 +229,6 @@ fn session_id(s: &str) -> Result<u64, String> {
     };
     parsed.map_err(|_| format!("session id {s:?} is not a decimal or 0x-hex number"))
 }
-
 
 pub async fn session(cmd: SessionCmd) -> Result<(), String> {
     match cmd {

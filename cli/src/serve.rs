@@ -111,7 +111,8 @@ pub async fn run(cmd: CellCmd) -> Result<(), String> {
 }
 
 async fn run_node(a: RunArgs) -> Result<(), String> {
-    let overrides = a.node.overrides([("cell", a.cell), ("registry_endpoints", a.registry), ("metrics_addr", a.metrics_addr), ("unsafe_plant", a.unsafe_plant)]);
+    let overrides =
+        a.node.overrides([("cell", a.cell), ("registry_endpoints", a.registry), ("metrics_addr", a.metrics_addr), ("unsafe_plant", a.unsafe_plant)]);
     let cfg = CellConfig::load(a.node.config(), &overrides).map_err(|e| e.to_string())?;
     let server = CellServer::start(&cfg).await.map_err(|e| format!("cannot start the node: {e}"))?;
     println!("cell {} node {} up: raft {} client {}", cfg.cell, cfg.node_id, server.raft_addr(), server.client_addr());
@@ -159,11 +160,7 @@ async fn init(a: InitArgs) -> Result<(), String> {
         let node_id = id.parse().map_err(|_| format!("--member {m:?}: {id:?} is not a node id"))?;
         members.push(rpb::Member { node_id, raft_addr: raft.into(), client_addr: client.into() });
     }
-    admin(&a.raft_endpoint)
-        .await?
-        .initialize(rpb::InitializeRequest { members })
-        .await
-        .map_err(|s| format!("initialize refused: {}", s.message()))?;
+    admin(&a.raft_endpoint).await?.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize refused: {}", s.message()))?;
     println!("cell initialized with {} voters", a.members.len());
     Ok(())
 }

@@ -9,16 +9,9 @@ fn holdfast_demo_plays_the_seed_timeline_and_passes() {
     let out = Command::new(env!("CARGO_BIN_EXE_holdfast")).args(["demo", "--base-port", &base.to_string()]).output().expect("run holdfast demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "holdfast demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    for step in [
-        "A writes with token",
-        "A paused (SIGSTOP)",
-        "worker B",
-        "A resumes",
-        "REJECTED",
-        "now on west-1",
-        "(epoch 2)",
-        "every step happened as expected",
-    ] {
+    for step in
+        ["A writes with token", "A paused (SIGSTOP)", "worker B", "A resumes", "REJECTED", "now on west-1", "(epoch 2)", "every step happened as expected"]
+    {
         assert!(stdout.contains(step), "the timeline lacks {step:?}:\n{stdout}");
     }
 }

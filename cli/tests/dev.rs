@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{all_pids, alive, kill, wait_for, Dev, BIN, WAIT};
+use common::{alive, all_pids, kill, wait_for, Dev, BIN, WAIT};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::Command;
@@ -17,11 +17,7 @@ const FIRST_TTL_MS: u64 = 4_000;
 
 /// Runs `holdfast ARGS -o json --endpoint GRPC` and parses its answer.
 fn cli_json(grpc: &str, args: &[&str]) -> Value {
-    let out = Command::new(BIN)
-        .args(args)
-        .args(["-o", "json", "--endpoint", grpc])
-        .output()
-        .expect("run holdfast");
+    let out = Command::new(BIN).args(args).args(["-o", "json", "--endpoint", grpc]).output().expect("run holdfast");
     assert!(out.status.success(), "holdfast {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("holdfast {args:?} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }

@@ -37,7 +37,17 @@ fn violations(r: &Value, kind: &str) -> usize {
 /// Every shard the registry knows, with its owner: (ns/shard, cell, state).
 fn owners(gw: &str) -> Vec<(String, String, String)> {
     let v: Value = serde_json::from_str(&ok(&["shard", "list", "-o", "json", "--endpoint", gw])).expect("shard list json");
-    v.as_array().unwrap().iter().map(|s| (format!("{}/{}", s["ns"].as_str().unwrap(), s["shard"].as_str().unwrap()), s["cell"].as_str().unwrap_or("").to_owned(), s["state"].as_str().unwrap_or("").to_owned())).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                format!("{}/{}", s["ns"].as_str().unwrap(), s["shard"].as_str().unwrap()),
+                s["cell"].as_str().unwrap_or("").to_owned(),
+                s["state"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// Exactly one owner per shard, none mid-move.
@@ -141,7 +151,9 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     // An evacuation aborted from another terminal: settles with one owner each; a
     // rerun completes; roll back.
     let mut driver = evacuation(d, s);
-    wait_for(Duration::from_secs(60), "the second evacuation's first move", || progress(&state).contains("\"executing\"") && (progress(&state).contains("\"moving\"") || progress(&state).contains("\"moved\"")));
+    wait_for(Duration::from_secs(60), "the second evacuation's first move", || {
+        progress(&state).contains("\"executing\"") && (progress(&state).contains("\"moving\"") || progress(&state).contains("\"moved\""))
+    });
     ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--abort", "--state-dir", s]);
     let status = driver.wait().unwrap();
     assert!(!status.success(), "an aborted evacuation does not report success");
@@ -154,10 +166,28 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     // Planted: the resource's token check switched off. The same drill must go red.
     let out = tmp.path().join("planted");
     let o = out.to_str().unwrap();
-    let planted = holdfast(&["drill", "run", "--data-dir", d, "--scenario", "process-faults", "--region", "south", "--settle-s", "2", "--cut-s", "3", "--plant", "unfenced-resource", "--out", o]);
+    let planted = holdfast(&[
+        "drill",
+        "run",
+        "--data-dir",
+        d,
+        "--scenario",
+        "process-faults",
+        "--region",
+        "south",
+        "--settle-s",
+        "2",
+        "--cut-s",
+        "3",
+        "--plant",
+        "unfenced-resource",
+        "--out",
+        o,
+    ]);
     assert!(!planted.status.success(), "a drill against an unfenced resource must fail");
     let r = report(&out);
-    let zombie = r["violations"].as_array().unwrap().iter().any(|v| v["kind"] == "stale_write_accepted" && v["summary"].as_str().unwrap().contains("s0-zombie"));
+    let zombie =
+        r["violations"].as_array().unwrap().iter().any(|v| v["kind"] == "stale_write_accepted" && v["summary"].as_str().unwrap().contains("s0-zombie"));
     assert!(zombie, "the checker must see the paused holder's late write accepted: {r}");
 
     assert!(dev.stop().success());
@@ -171,7 +201,8 @@ fn the_checker_catches_a_cell_forced_to_grant_one_token_twice() {
     let mut dev = Dev::start(&data, &["--base-port", "8200", "--unsafe-plant", "token-reuse"]);
     dev.endpoints(&data);
     let out = tmp.path().join("planted");
-    let planted = holdfast(&["drill", "run", "--data-dir", data.to_str().unwrap(), "--scenario", "evacuate", "--settle-s", "3", "--out", out.to_str().unwrap()]);
+    let planted =
+        holdfast(&["drill", "run", "--data-dir", data.to_str().unwrap(), "--scenario", "evacuate", "--settle-s", "3", "--out", out.to_str().unwrap()]);
     assert!(!planted.status.success(), "a drill against a cell that reuses tokens must fail");
     let r = report(&out);
     assert!(violations(&r, "token_did_not_grow") > 0, "the checker must see the reused tokens: {r}");

@@ -64,10 +64,7 @@ impl ProcCell {
                 .stdout(Stdio::piped())
                 .stderr(std::fs::File::create(dir.path().join(format!("node-{id}.log"))).unwrap());
             if let Some(f) = faketime_file {
-                cmd.env("LD_PRELOAD", LIBFAKETIME)
-                    .env("FAKETIME_TIMESTAMP_FILE", f)
-                    .env("FAKETIME_NO_CACHE", "1")
-                    .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                cmd.env("LD_PRELOAD", LIBFAKETIME).env("FAKETIME_TIMESTAMP_FILE", f).env("FAKETIME_NO_CACHE", "1").env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
             }
             let mut child = cmd.spawn().expect("start holdfast cell run");
             // "cell cell-1 node 1 up: raft 127.0.0.1:X client 127.0.0.1:Y"

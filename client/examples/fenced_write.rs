@@ -26,9 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let client = Client::connect(&endpoints).await?;
     let ttl = Duration::from_secs(10);
-    let session = client
-        .create_session(SessionOptions::new(ns.as_str(), "default", ttl).label("fenced-write-example").progress_timeout(ttl))
-        .await?;
+    let session = client.create_session(SessionOptions::new(ns.as_str(), "default", ttl).label("fenced-write-example").progress_timeout(ttl)).await?;
     let lock = session.acquire("settle:batch-7", AcquireOptions::new().wait(Duration::from_secs(30)).value("example")).await?;
     let settle = LockId::new(lock.shard().clone(), lock.name().clone());
     println!("acquired {settle} with token {}", lock.token());

@@ -30,11 +30,7 @@ pub struct ClientConfig {
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig {
-            request_timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(1),
-            retry: RetryPolicy::default(),
-        }
+        ClientConfig { request_timeout: Duration::from_secs(5), connect_timeout: Duration::from_secs(1), retry: RetryPolicy::default() }
     }
 }
 
@@ -92,8 +88,7 @@ impl Client {
         if endpoints.is_empty() {
             return Err(Error::InvalidArgument("no endpoints given".into()));
         }
-        let client =
-            Client { inner: Arc::new(Inner { endpoints, config, channels: Mutex::new(HashMap::new()), route: Mutex::new(Route::default()) }) };
+        let client = Client { inner: Arc::new(Inner { endpoints, config, channels: Mutex::new(HashMap::new()), route: Mutex::new(Route::default()) }) };
         let mut last = String::new();
         for (i, uri) in client.inner.endpoints.iter().enumerate() {
             let endpoint = client.endpoint(uri)?;
@@ -161,8 +156,7 @@ impl Client {
         *hops = 0;
         // A node that is down, or that knows no leader: try the next one. (MOVING and
         // RATE_LIMITED are about the shard, not the node: same node, after a backoff.)
-        let elsewhere = matches!(error, Error::Transport { .. })
-            || matches!(error.code(), Some(ErrorCode::NotLeader | ErrorCode::Unavailable));
+        let elsewhere = matches!(error, Error::Transport { .. }) || matches!(error.code(), Some(ErrorCode::NotLeader | ErrorCode::Unavailable));
         // Another call may already have found the new leader: keep that.
         if elsewhere && route.leader.as_deref().is_none_or(|l| l == uri) {
             // Round-robin over the named nodes, whichever node failed: a follower that

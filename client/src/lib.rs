@@ -41,17 +41,17 @@
 
 mod client;
 mod error;
+mod keeper;
 mod lock;
 mod retry;
-mod keeper;
 mod session;
 pub mod upstream;
 
 pub use client::{Client, ClientConfig};
 pub use error::{Error, LossReason};
+pub use keeper::SessionKeeper;
 pub use lock::Lock;
 pub use retry::RetryPolicy;
-pub use keeper::SessionKeeper;
 pub use session::{AcquireOptions, Session, SessionOptions};
 
 pub use holdfast_core::{ErrorCode, FencingToken, LockName, Mode, SessionId, ShardKey};

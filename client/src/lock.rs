@@ -30,15 +30,7 @@ pub struct Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(
-        session: Session,
-        name: LockName,
-        token: FencingToken,
-        value: Vec<u8>,
-        request_id: RequestId,
-        mode: Mode,
-        unfenced: bool,
-    ) -> Lock {
+    pub(crate) fn new(session: Session, name: LockName, token: FencingToken, value: Vec<u8>, request_id: RequestId, mode: Mode, unfenced: bool) -> Lock {
         session.shared().hold_started();
         Lock { session, name, token, value, request_id, mode, unfenced, granted_at: Instant::now(), released: false }
     }
@@ -136,18 +128,20 @@ async fn release(session: Session, name: LockName, token: FencingToken, granted_
     let shared = session.shared().clone();
     shared.hold_ended();
     metrics::histogram!(HOLD_TIME, "ns" => shared.shard.ns.as_str().to_owned()).record(granted_at.elapsed().as_secs_f64());
-    let req = pb::ReleaseRequest {
-        shard: Some(crate::session::shard_ref(&shared.shard)),
-        name: name.to_string(),
-        token: token.0,
-    };
+    let req = pb::ReleaseRequest { shard: Some(crate::session::shard_ref(&shared.shard)), name: name.to_string(), token: token.0 };
     let cfg = *shared.client.config();
     let r = shared
         .client
-        .call("release", Instant::now() + cfg.retry.give_up_after, None, || cfg.request_timeout, |mut svc| {
-            let req = req.clone();
-            async move { svc.release(req).await }
-        })
+        .call(
+            "release",
+            Instant::now() + cfg.retry.give_up_after,
+            None,
+            || cfg.request_timeout,
+            |mut svc| {
+                let req = req.clone();
+                async move { svc.release(req).await }
+            },
+        )
         .await;
     match r {
         Ok(_) => {

@@ -14,9 +14,7 @@ use crate::error::{Error, LossReason};
 use crate::lock::Lock;
 use crate::retry::Backoff;
 use holdfast_core::metric_names::{LEASE_EXPIRED_WHILE_HELD, RENEW_FAILURES};
-use holdfast_core::{
-    validate_value, ErrorCode, FencingToken, LockName, Mode, NamespaceName, RequestId, SessionId, ShardKey, ShardName,
-};
+use holdfast_core::{validate_value, ErrorCode, FencingToken, LockName, Mode, NamespaceName, RequestId, SessionId, ShardKey, ShardName};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -255,10 +253,16 @@ impl Shared {
         let timeout = self.client.config().request_timeout;
         let r = self
             .client
-            .call("close_session", Instant::now() + budget, None, || timeout, |mut svc| {
-                let req = req.clone();
-                async move { svc.close_session(req).await }
-            })
+            .call(
+                "close_session",
+                Instant::now() + budget,
+                None,
+                || timeout,
+                |mut svc| {
+                    let req = req.clone();
+                    async move { svc.close_session(req).await }
+                },
+            )
             .await;
         match r {
             Ok(_) => Ok(()),
@@ -279,19 +283,21 @@ impl Session {
         if opts.progress_timeout.is_some_and(|d| d.is_zero()) {
             return Err(Error::InvalidArgument("progress timeout must be positive".into()));
         }
-        let req = pb::CreateSessionRequest {
-            shard: Some(shard_ref(&shard)),
-            ttl_ms,
-            client_label: opts.label,
-        };
+        let req = pb::CreateSessionRequest { shard: Some(shard_ref(&shard)), ttl_ms, client_label: opts.label };
         let cfg = *client.config();
         // Not idempotent: if an answer is lost, the retry makes a second session and
         // the first one expires unused after its TTL.
         let (resp, sent) = client
-            .call("create_session", Instant::now() + cfg.retry.give_up_after, None, || cfg.request_timeout, |mut svc| {
-                let req = req.clone();
-                async move { svc.create_session(req).await }
-            })
+            .call(
+                "create_session",
+                Instant::now() + cfg.retry.give_up_after,
+                None,
+                || cfg.request_timeout,
+                |mut svc| {
+                    let req = req.clone();
+                    async move { svc.create_session(req).await }
+                },
+            )
             .await
             .map_err(|e| e.expect("no stop token was given"))?;
         let remaining = Duration::from_millis(resp.ttl_remaining_ms);

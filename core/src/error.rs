@@ -108,14 +108,7 @@ impl ErrorCode {
     /// `NOT_LEADER`, `STALE_EPOCH` are retried at once after following the hint or
     /// refreshing placement; the others after a backoff.
     pub fn is_retryable(self) -> bool {
-        matches!(
-            self,
-            ErrorCode::NotLeader
-                | ErrorCode::StaleEpoch
-                | ErrorCode::Moving
-                | ErrorCode::Unavailable
-                | ErrorCode::RateLimited
-        )
+        matches!(self, ErrorCode::NotLeader | ErrorCode::StaleEpoch | ErrorCode::Moving | ErrorCode::Unavailable | ErrorCode::RateLimited)
     }
 
     pub fn grpc_code(self) -> GrpcCode {
@@ -123,9 +116,7 @@ impl ErrorCode {
             ErrorCode::NotLeader | ErrorCode::Moving | ErrorCode::Unavailable => GrpcCode::Unavailable,
             ErrorCode::LockHeld => GrpcCode::Aborted,
             ErrorCode::Timeout => GrpcCode::DeadlineExceeded,
-            ErrorCode::NotHolder | ErrorCode::SessionExpired | ErrorCode::StaleEpoch | ErrorCode::NotOwner => {
-                GrpcCode::FailedPrecondition
-            }
+            ErrorCode::NotHolder | ErrorCode::SessionExpired | ErrorCode::StaleEpoch | ErrorCode::NotOwner => GrpcCode::FailedPrecondition,
             ErrorCode::UnknownSession | ErrorCode::UnknownNamespace | ErrorCode::UnknownShard => GrpcCode::NotFound,
             ErrorCode::InvalidArgument => GrpcCode::InvalidArgument,
             ErrorCode::QuotaExceeded | ErrorCode::RateLimited => GrpcCode::ResourceExhausted,

@@ -20,8 +20,8 @@ mod token;
 pub use error::{ErrorCode, GrpcCode};
 pub use ids::{NodeId, Revision, SessionId};
 pub use names::{
-    validate_value, CellId, LockName, NameError, NamespaceName, RegionId, RequestId, ShardKey,
-    ShardName, MAX_LOCK_NAME_BYTES, MAX_REQUEST_ID_BYTES, MAX_SHORT_NAME_BYTES, MAX_VALUE_BYTES,
+    validate_value, CellId, LockName, NameError, NamespaceName, RegionId, RequestId, ShardKey, ShardName, MAX_LOCK_NAME_BYTES, MAX_REQUEST_ID_BYTES,
+    MAX_SHORT_NAME_BYTES, MAX_VALUE_BYTES,
 };
 pub use namespace::{ConfigError, Intent, NamespaceConfig, Posture, Quotas};
 pub use token::{Epoch, FencingToken, Seq, TokenError};

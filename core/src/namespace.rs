@@ -44,13 +44,7 @@ pub struct Quotas {
 
 impl Default for Quotas {
     fn default() -> Quotas {
-        Quotas {
-            max_keys: 10_000,
-            max_sessions: 10_000,
-            max_waiters_per_lock: 1_000,
-            max_value_bytes: MAX_VALUE_BYTES as u32,
-            acquires_per_second: 200,
-        }
+        Quotas { max_keys: 10_000, max_sessions: 10_000, max_waiters_per_lock: 1_000, max_value_bytes: MAX_VALUE_BYTES as u32, acquires_per_second: 200 }
     }
 }
 
@@ -146,12 +140,7 @@ impl NamespaceConfig {
             }
         }
         if self.lock_delay_ms > LOCK_DELAY_CEILING_MS {
-            return Err(ConfigError::OutOfRange {
-                field: "lock_delay_ms",
-                value: self.lock_delay_ms,
-                lo: 0,
-                hi: LOCK_DELAY_CEILING_MS,
-            });
+            return Err(ConfigError::OutOfRange { field: "lock_delay_ms", value: self.lock_delay_ms, lo: 0, hi: LOCK_DELAY_CEILING_MS });
         }
         let q = &self.quotas;
         for (field, v) in [

@@ -122,18 +122,10 @@ fn pair_ops(history: &History, malformed: &mut Vec<String>) -> HashMap<OpId, Op>
     let mut ops: HashMap<OpId, Op> = HashMap::new();
     for (i, e) in history.events.iter().enumerate() {
         let (op, completion) = match &e.kind {
-            EventKind::GrantInvoked { op, .. }
-            | EventKind::ReleaseInvoked { op, .. }
-            | EventKind::WriteAttempt { op, .. } => (*op, None),
-            EventKind::GrantOk { op, .. } | EventKind::ReleaseOk { op } | EventKind::WriteAccepted { op } => {
-                (*op, Some(Outcome::Ok(i)))
-            }
-            EventKind::GrantFailed { op, .. }
-            | EventKind::ReleaseFailed { op, .. }
-            | EventKind::WriteRejected { op } => (*op, Some(Outcome::Failed)),
-            EventKind::GrantUnknown { op } | EventKind::ReleaseUnknown { op } | EventKind::WriteUnknown { op } => {
-                (*op, Some(Outcome::Unknown))
-            }
+            EventKind::GrantInvoked { op, .. } | EventKind::ReleaseInvoked { op, .. } | EventKind::WriteAttempt { op, .. } => (*op, None),
+            EventKind::GrantOk { op, .. } | EventKind::ReleaseOk { op } | EventKind::WriteAccepted { op } => (*op, Some(Outcome::Ok(i))),
+            EventKind::GrantFailed { op, .. } | EventKind::ReleaseFailed { op, .. } | EventKind::WriteRejected { op } => (*op, Some(Outcome::Failed)),
+            EventKind::GrantUnknown { op } | EventKind::ReleaseUnknown { op } | EventKind::WriteUnknown { op } => (*op, Some(Outcome::Unknown)),
             _ => continue,
         };
         match (completion, ops.get_mut(&op)) {
@@ -171,11 +163,7 @@ fn stale_writes(history: &History, ops: &HashMap<OpId, Op>, at: &dyn Fn(usize) -
         if let EventKind::WriteAttempt { op, lock, token, resource } = &e.kind {
             if let Some(Op { outcome: Outcome::Ok(accepted), invoked }) = ops.get(op) {
                 if *invoked == i {
-                    groups.entry((lock, resource)).or_default().push(AcceptedWrite {
-                        invoked: i,
-                        accepted: *accepted,
-                        token: *token,
-                    });
+                    groups.entry((lock, resource)).or_default().push(AcceptedWrite { invoked: i, accepted: *accepted, token: *token });
                 }
             }
         }
@@ -198,10 +186,7 @@ fn stale_writes(history: &History, ops: &HashMap<OpId, Op>, at: &dyn Fn(usize) -
             if let Some(b) = best.filter(|b| w.token < b.token) {
                 out.push(Violation {
                     kind: ViolationKind::StaleWriteAccepted,
-                    summary: format!(
-                        "{resource} accepted a write for {lock} with token {} after it had accepted token {}",
-                        w.token, b.token
-                    ),
+                    summary: format!("{resource} accepted a write for {lock} with token {} after it had accepted token {}", w.token, b.token),
                     events: vec![at(b.invoked), at(b.accepted), at(w.invoked), at(w.accepted)],
                 });
             }
@@ -260,12 +245,7 @@ fn tokens_grow(history: &History, ops: &HashMap<OpId, Op>, at: &dyn Fn(usize) ->
     }
 }
 
-fn grants_after_expiry(
-    history: &History,
-    ops: &HashMap<OpId, Op>,
-    at: &dyn Fn(usize) -> EventRef,
-    out: &mut Vec<Violation>,
-) {
+fn grants_after_expiry(history: &History, ops: &HashMap<OpId, Op>, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
     let mut expired: HashMap<&SessionRef, usize> = HashMap::new();
     for (i, e) in history.events.iter().enumerate() {
         if let EventKind::SessionExpired { session, .. } = &e.kind {
@@ -279,17 +259,13 @@ fn grants_after_expiry(
             continue; // The grant may have been made before the expiry.
         }
         // The same grant answered again to a retry is not a new grant.
-        let answered_before =
-            grants.iter().any(|(l, h)| l == lock && h.session == g.session && h.token == g.token && h.ok < exp);
+        let answered_before = grants.iter().any(|(l, h)| l == lock && h.session == g.session && h.token == g.token && h.ok < exp);
         if answered_before {
             continue;
         }
         out.push(Violation {
             kind: ViolationKind::GrantAfterExpiry,
-            summary: format!(
-                "{lock} was granted (token {}) to session {} after it was seen expired",
-                g.token, g.session
-            ),
+            summary: format!("{lock} was granted (token {}) to session {} after it was seen expired", g.token, g.session),
             events: vec![at(exp), at(g.invoked), at(g.ok)],
         });
     }
@@ -312,9 +288,7 @@ fn grants_lost(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<
                     }
                     out.push(Violation {
                         kind: ViolationKind::AcknowledgedGrantLost,
-                        summary: format!(
-                            "{lock}: the grant of token {token} to {session} is missing from a read of its holders at {epoch}"
-                        ),
+                        summary: format!("{lock}: the grant of token {token} to {session} is missing from a read of its holders at {epoch}"),
                         events: vec![at(g), at(i)],
                     });
                 }
@@ -326,20 +300,11 @@ fn grants_lost(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<
 
 /// Whether some line says the hold may have ended before the read on line `read`
 /// answered (at `read_ms`).
-fn hold_may_have_ended(
-    history: &History,
-    read: usize,
-    read_ms: u64,
-    lock: &LockKey,
-    session: &SessionRef,
-    token: FencingToken,
-) -> bool {
+fn hold_may_have_ended(history: &History, read: usize, read_ms: u64, lock: &LockKey, session: &SessionRef, token: FencingToken) -> bool {
     history.events.iter().enumerate().any(|(j, e)| match &e.kind {
         // A release sent before the read answered may have taken effect first,
         // whatever its answer (even an unknown one).
-        EventKind::ReleaseInvoked { lock: l, session: s, token: t, .. } => {
-            j < read && l == lock && s == session && *t == token
-        }
+        EventKind::ReleaseInvoked { lock: l, session: s, token: t, .. } => j < read && l == lock && s == session && *t == token,
         // A watch only reports the end of a hold the cell had; whenever it arrived,
         // the end may have come before the read.
         EventKind::HoldEnded { lock: l, token: t, .. } => l == lock && *t == token,
@@ -367,11 +332,7 @@ fn two_cells_serving(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mu
                 if ca != cb && fa < ub && fb < ua {
                     out.push(Violation {
                         kind: ViolationKind::TwoCellsServing,
-                        summary: format!(
-                            "{ns}/{shard} was served at {epoch} by both {ca} and {cb} from {} ms to {} ms",
-                            fa.max(fb),
-                            ua.min(ub)
-                        ),
+                        summary: format!("{ns}/{shard} was served at {epoch} by both {ca} and {cb} from {} ms to {} ms", fa.max(fb), ua.min(ub)),
                         events: vec![at(a), at(b)],
                     });
                 }

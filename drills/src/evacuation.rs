@@ -172,16 +172,7 @@ impl Evacuation {
                 state: ShardState::Pending,
             })
             .collect();
-        Evacuation {
-            progress: Progress {
-                version: PROGRESS_VERSION,
-                plan,
-                phase: Phase::Planned,
-                gate_passed: false,
-                shards,
-                verification: Vec::new(),
-            },
-        }
+        Evacuation { progress: Progress { version: PROGRESS_VERSION, plan, phase: Phase::Planned, gate_passed: false, shards, verification: Vec::new() } }
     }
 
     /// Picks up a saved progress after a crash. The actions re-observe every shard in
@@ -298,11 +289,7 @@ impl Evacuation {
         for s in self.progress.shards.iter_mut().filter(|s| s.wave == wave) {
             if s.state == ShardState::Pending {
                 s.state = ShardState::Moving { attempts: 1 };
-                actions.push(Action::MoveShard {
-                    ns: s.ns.clone(),
-                    shard: s.shard.clone(),
-                    to_cell: s.to_cell.clone(),
-                });
+                actions.push(Action::MoveShard { ns: s.ns.clone(), shard: s.shard.clone(), to_cell: s.to_cell.clone() });
             }
         }
         actions.extend(self.maybe_advance());
@@ -321,9 +308,7 @@ impl Evacuation {
             s.state = if v.epoch > s.planned_epoch {
                 ShardState::Moved { epoch: v.epoch }
             } else {
-                ShardState::Failed {
-                    reason: format!("at the target at {} without a bump over the planned {}", v.epoch, s.planned_epoch),
-                }
+                ShardState::Failed { reason: format!("at the target at {} without a bump over the planned {}", v.epoch, s.planned_epoch) }
             };
         } else if v.cell == s.from_cell {
             s.source_epoch = v.epoch;
@@ -336,11 +321,7 @@ impl Evacuation {
                     if s.state == ShardState::Pending {
                         s.state = ShardState::Moving { attempts: 1 };
                         if aborted {
-                            actions.push(Action::AbortMove {
-                                ns: s.ns.clone(),
-                                shard: s.shard.clone(),
-                                epoch: v.epoch,
-                            });
+                            actions.push(Action::AbortMove { ns: s.ns.clone(), shard: s.shard.clone(), epoch: v.epoch });
                         }
                     }
                 }
@@ -353,14 +334,9 @@ impl Evacuation {
                         s.state = ShardState::Pending;
                     } else if retry_allowed == Some(s.wave) && *attempts < MAX_ATTEMPTS {
                         s.state = ShardState::Moving { attempts: attempts + 1 };
-                        actions.push(Action::MoveShard {
-                            ns: s.ns.clone(),
-                            shard: s.shard.clone(),
-                            to_cell: s.to_cell.clone(),
-                        });
+                        actions.push(Action::MoveShard { ns: s.ns.clone(), shard: s.shard.clone(), to_cell: s.to_cell.clone() });
                     } else if !aborted && retry_allowed == Some(s.wave) {
-                        s.state =
-                            ShardState::Failed { reason: format!("still at its source after {attempts} attempts") };
+                        s.state = ShardState::Failed { reason: format!("still at its source after {attempts} attempts") };
                     }
                 }
                 _ => {}
@@ -379,16 +355,11 @@ impl Evacuation {
             Phase::Verifying | Phase::Done | Phase::Aborted { .. } => return Vec::new(),
         }
         self.progress.phase = Phase::Aborted { reason };
-        let in_flight: Vec<&ShardProgress> =
-            self.progress.shards.iter().filter(|s| matches!(s.state, ShardState::Moving { .. })).collect();
-        let mut actions: Vec<Action> = in_flight
-            .iter()
-            .map(|s| Action::AbortMove { ns: s.ns.clone(), shard: s.shard.clone(), epoch: s.source_epoch })
-            .collect();
+        let in_flight: Vec<&ShardProgress> = self.progress.shards.iter().filter(|s| matches!(s.state, ShardState::Moving { .. })).collect();
+        let mut actions: Vec<Action> =
+            in_flight.iter().map(|s| Action::AbortMove { ns: s.ns.clone(), shard: s.shard.clone(), epoch: s.source_epoch }).collect();
         if !in_flight.is_empty() {
-            actions.push(Action::ObserveOwners {
-                shards: in_flight.iter().map(|s| (s.ns.clone(), s.shard.clone())).collect(),
-            });
+            actions.push(Action::ObserveOwners { shards: in_flight.iter().map(|s| (s.ns.clone(), s.shard.clone())).collect() });
         }
         actions
     }
@@ -432,9 +403,7 @@ pub fn verify_owners(plan: &Plan, owners: &[OwnerView]) -> Vec<String> {
                 o.moving_to.as_ref().map(|c| c.as_str()),
                 m.to_cell
             )),
-            Some(o) if o.epoch <= m.epoch => {
-                problems.push(format!("{}/{}: epoch {} not bumped over {}", m.ns, m.shard, o.epoch, m.epoch))
-            }
+            Some(o) if o.epoch <= m.epoch => problems.push(format!("{}/{}: epoch {} not bumped over {}", m.ns, m.shard, o.epoch, m.epoch)),
             Some(_) => {}
         }
     }

@@ -232,8 +232,7 @@ impl History {
             if line.trim().is_empty() {
                 continue;
             }
-            let event: Event =
-                serde_json::from_str(line).map_err(|source| HistoryError::BadLine { line: i + 1, source })?;
+            let event: Event = serde_json::from_str(line).map_err(|source| HistoryError::BadLine { line: i + 1, source })?;
             if event.t_ms < previous {
                 return Err(HistoryError::TimeWentBack { line: i + 1, t_ms: event.t_ms, previous });
             }
@@ -295,8 +294,7 @@ mod tests {
 
     #[test]
     fn bad_lines_are_refused_with_their_number() {
-        let err = History::from_jsonl("\n{\"t_ms\":1,\"wall_ms\":0,\"type\":\"wave_started\",\"wave\":0}\nnope\n")
-            .unwrap_err();
+        let err = History::from_jsonl("\n{\"t_ms\":1,\"wall_ms\":0,\"type\":\"wave_started\",\"wave\":0}\nnope\n").unwrap_err();
         assert!(matches!(err, HistoryError::BadLine { line: 3, .. }), "{err}");
         let back = "{\"t_ms\":5,\"wall_ms\":0,\"type\":\"wave_started\",\"wave\":0}\n{\"t_ms\":4,\"wall_ms\":0,\"type\":\"wave_ended\",\"wave\":0}";
         assert!(matches!(History::from_jsonl(back).unwrap_err(), HistoryError::TimeWentBack { line: 2, .. }));

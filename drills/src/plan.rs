@@ -156,16 +156,12 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     for s in &req.shards {
         *load.entry(&s.cell).or_default() += s.keys;
     }
-    let targets: Vec<&CellInfo> = req
-        .cells
-        .iter()
-        .filter(|c| c.healthy && c.region != req.evacuate && state_of(&c.region) == Some(RegionState::Active))
-        .collect();
+    let targets: Vec<&CellInfo> =
+        req.cells.iter().filter(|c| c.healthy && c.region != req.evacuate && state_of(&c.region) == Some(RegionState::Active)).collect();
     if targets.is_empty() {
         return Err(PlanError::NoHealthyTarget(req.evacuate.clone()));
     }
-    let free =
-        |c: &CellInfo, load: &BTreeMap<&CellId, u64>| c.capacity_keys.saturating_sub(*load.get(&c.cell).unwrap_or(&0));
+    let free = |c: &CellInfo, load: &BTreeMap<&CellId, u64>| c.capacity_keys.saturating_sub(*load.get(&c.cell).unwrap_or(&0));
     let needed: u64 = to_move.iter().map(|s| s.keys).sum();
     let available: u64 = targets.iter().map(|c| free(c, &load)).sum();
     if needed > available {
@@ -186,13 +182,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         });
         let Some(target) = best else {
             let largest_free = targets.iter().map(|c| free(c, &load)).max().unwrap_or(0);
-            return Err(PlanError::ShardDoesNotFit {
-                ns: s.ns.clone(),
-                shard: s.shard.clone(),
-                keys: s.keys,
-                largest_free,
-                missing: s.keys - largest_free,
-            });
+            return Err(PlanError::ShardDoesNotFit { ns: s.ns.clone(), shard: s.shard.clone(), keys: s.keys, largest_free, missing: s.keys - largest_free });
         };
         *load.entry(&target.cell).or_default() += s.keys;
         *load.entry(&s.cell).or_default() -= s.keys;
@@ -267,11 +257,7 @@ impl Plan {
             region: self.region.clone(),
             max_wave: self.max_wave,
             waves: into_waves(moves, self.max_wave),
-            loads: self
-                .loads
-                .iter()
-                .map(|l| CellLoad { before_keys: l.after_keys, after_keys: l.before_keys, ..l.clone() })
-                .collect(),
+            loads: self.loads.iter().map(|l| CellLoad { before_keys: l.after_keys, after_keys: l.before_keys, ..l.clone() }).collect(),
         }
     }
 
@@ -293,12 +279,7 @@ impl Plan {
         let shards = self.moves().count();
         let keys: u64 = self.moves().map(|m| m.keys).sum();
         let _ = writeln!(out, "# {what} {}\n", self.region);
-        let _ = writeln!(
-            out,
-            "{shards} shards ({keys} keys) in {} waves of at most {}.\n",
-            self.waves.len(),
-            self.max_wave
-        );
+        let _ = writeln!(out, "{shards} shards ({keys} keys) in {} waves of at most {}.\n", self.waves.len(), self.max_wave);
         for w in &self.waves {
             let _ = writeln!(out, "## Wave {}\n", w.index);
             let _ = writeln!(out, "| shard | keys | epoch | from | to |\n|---|---:|---:|---|---|");
@@ -359,11 +340,7 @@ mod tests {
                 cell("us-east-2", "us-east", false, 5000),
                 cell("ap-south-1", "ap-south", true, 1000),
             ],
-            regions: vec![
-                region("eu-west", RegionState::Draining),
-                region("us-east", RegionState::Active),
-                region("ap-south", RegionState::Active),
-            ],
+            regions: vec![region("eu-west", RegionState::Draining), region("us-east", RegionState::Active), region("ap-south", RegionState::Active)],
             evacuate: RegionId::new("eu-west").unwrap(),
             max_wave: 2,
         }

@@ -66,21 +66,14 @@ impl DrillReport {
         for e in &history.events {
             match &e.kind {
                 EventKind::WaveStarted { wave } => {
-                    waves.entry(*wave).or_insert(WaveTiming {
-                        wave: *wave,
-                        start_ms: e.t_ms,
-                        end_ms: None,
-                        duration_ms: 0,
-                    });
+                    waves.entry(*wave).or_insert(WaveTiming { wave: *wave, start_ms: e.t_ms, end_ms: None, duration_ms: 0 });
                 }
                 EventKind::WaveEnded { wave } => {
                     if let Some(w) = waves.get_mut(wave) {
                         w.end_ms.get_or_insert(e.t_ms);
                     }
                 }
-                EventKind::FaultInjected { kind, target } => {
-                    faults.push(FaultAt { t_ms: e.t_ms, kind: *kind, target: target.clone() })
-                }
+                EventKind::FaultInjected { kind, target } => faults.push(FaultAt { t_ms: e.t_ms, kind: *kind, target: target.clone() }),
                 EventKind::OwnerObserved { ns, shard, cell, moving_to, .. } => {
                     gaps.entry(ns).or_default();
                     let ownerless = cell.is_none() || moving_to.is_some();
@@ -133,11 +126,7 @@ impl DrillReport {
     pub fn to_markdown(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "# {}\n", self.title);
-        let verdict = if self.violations.is_empty() {
-            "no safety violations".to_owned()
-        } else {
-            format!("**{} safety violation(s)**", self.violations.len())
-        };
+        let verdict = if self.violations.is_empty() { "no safety violations".to_owned() } else { format!("**{} safety violation(s)**", self.violations.len()) };
         let _ = writeln!(out, "Duration {} ms; {verdict}.\n", self.duration_ms);
         let _ = writeln!(out, "## Waves\n\n| wave | start (ms) | end (ms) | duration (ms) |\n|---:|---:|---:|---:|");
         for w in &self.waves {
@@ -210,13 +199,7 @@ impl DrillReport {
         let axis_y = TOP + ROW * self.waves.len().max(1) as u64 + 4;
         let _ = writeln!(s, r#"<line x1="{LABEL}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="black"/>"#, LABEL + PLOT);
         let _ = writeln!(s, r#"<text x="{LABEL}" y="{}">0 ms</text>"#, axis_y + 16);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="end">{} ms</text>"#,
-            LABEL + PLOT,
-            axis_y + 16,
-            self.duration_ms
-        );
+        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="end">{} ms</text>"#, LABEL + PLOT, axis_y + 16, self.duration_ms);
         for f in &self.faults {
             let fx = x(f.t_ms);
             let _ = writeln!(

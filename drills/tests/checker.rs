@@ -2,9 +2,7 @@
 //! whose only "violation" needs an unknown operation to be absent, and a property test
 //! over random legal histories of a single fenced lock with a mutation that must go red.
 
-use holdfast_core::{
-    CellId, EndReason, Epoch, FencingToken, LockName, NamespaceName, RegionId, Seq, SessionId, ShardName,
-};
+use holdfast_core::{CellId, EndReason, Epoch, FencingToken, LockName, NamespaceName, RegionId, Seq, SessionId, ShardName};
 use holdfast_drills::checker::{check, CheckReport, ViolationKind};
 use holdfast_drills::history::{EventKind, History, LockKey, OpId, SessionRef};
 use proptest::prelude::*;
@@ -211,10 +209,7 @@ fn planted_lost_grant_is_found() {
     let l = lock("batch-9921");
     let mut r = clean();
     r.grant(&l, 5, tok(2, 2), Answer::Ok);
-    r.ev(EventKind::FaultInjected {
-        kind: holdfast_drills::history::FaultKind::KillCellLeader,
-        target: "eu-west-1".into(),
-    });
+    r.ev(EventKind::FaultInjected { kind: holdfast_drills::history::FaultKind::KillCellLeader, target: "eu-west-1".into() });
     r.observe(&l, 2, vec![]);
     only(&check(&r.h), ViolationKind::AcknowledgedGrantLost);
 }

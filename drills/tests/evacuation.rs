@@ -4,9 +4,7 @@
 //! to move a shard twice after an abort, and that every shard ends with one owner.
 
 use holdfast_core::{CellId, Epoch, NamespaceName, RegionId, ShardName};
-use holdfast_drills::evacuation::{
-    verify_owners, Action, Evacuation, Input, OwnerView, Phase, ShardState, MAX_ATTEMPTS,
-};
+use holdfast_drills::evacuation::{verify_owners, Action, Evacuation, Input, OwnerView, Phase, ShardState, MAX_ATTEMPTS};
 use holdfast_drills::plan::{plan, CellInfo, Plan, PlanRequest, RegionInfo, RegionState, ShardPlacement};
 use std::collections::BTreeMap;
 
@@ -22,12 +20,7 @@ fn region_of(cell: &CellId) -> RegionId {
 
 /// Five shards in eu-west, waves of two.
 fn the_plan() -> Plan {
-    let cell = |c: &str, cap| CellInfo {
-        cell: CellId::new(c).unwrap(),
-        region: region_of(&CellId::new(c).unwrap()),
-        healthy: true,
-        capacity_keys: cap,
-    };
+    let cell = |c: &str, cap| CellInfo { cell: CellId::new(c).unwrap(), region: region_of(&CellId::new(c).unwrap()), healthy: true, capacity_keys: cap };
     let shard = |ns: &str, s: &str, c: &str, keys| {
         let (ns, shard) = key(ns, s);
         let cell = CellId::new(c).unwrap();
@@ -43,11 +36,7 @@ fn the_plan() -> Plan {
             shard("orders", "s1", "eu-west-2", 10),
         ],
         cells: vec![cell("eu-west-1", 1000), cell("eu-west-2", 1000), cell("us-east-1", 100), cell("ap-south-1", 100)],
-        regions: vec![
-            region("eu-west", RegionState::Draining),
-            region("us-east", RegionState::Active),
-            region("ap-south", RegionState::Active),
-        ],
+        regions: vec![region("eu-west", RegionState::Draining), region("us-east", RegionState::Active), region("ap-south", RegionState::Active)],
         evacuate: RegionId::new("eu-west").unwrap(),
         max_wave: 2,
     })
@@ -104,11 +93,7 @@ impl Registry {
             Action::MoveShard { ns, shard, to_cell } => {
                 let k = (ns.clone(), shard.clone());
                 if self.refuse.as_ref() == Some(&k) {
-                    return vec![Input::MoveRefused {
-                        ns: ns.clone(),
-                        shard: shard.clone(),
-                        reason: "INVALID_ARGUMENT".into(),
-                    }];
+                    return vec![Input::MoveRefused { ns: ns.clone(), shard: shard.clone(), reason: "INVALID_ARGUMENT".into() }];
                 }
                 if self.deaf {
                     return vec![self.owner(&k)];
@@ -192,14 +177,10 @@ fn happy_path_moves_every_shard_once_wave_by_wave() {
     assert_eq!(log.iter().filter(|a| matches!(a, Action::WaitHealthy { .. })).count(), 3);
     // Moves of a wave are sent only after its gate, and never before the previous
     // wave's shards are all moved.
-    let gates: Vec<usize> =
-        log.iter().enumerate().filter(|(_, a)| matches!(a, Action::WaitHealthy { .. })).map(|(i, _)| i).collect();
+    let gates: Vec<usize> = log.iter().enumerate().filter(|(_, a)| matches!(a, Action::WaitHealthy { .. })).map(|(i, _)| i).collect();
     for (w, wave) in plan.waves.iter().enumerate() {
         for m in &wave.moves {
-            let at = log
-                .iter()
-                .position(|a| matches!(a, Action::MoveShard { ns, shard, .. } if *ns == m.ns && *shard == m.shard))
-                .unwrap();
+            let at = log.iter().position(|a| matches!(a, Action::MoveShard { ns, shard, .. } if *ns == m.ns && *shard == m.shard)).unwrap();
             assert!(at > gates[w] && gates.get(w + 1).is_none_or(|&next| at < next), "{m:?} at {at}, gates {gates:?}");
         }
     }
@@ -239,11 +220,7 @@ fn abort_mid_wave_never_moves_a_shard_twice_and_leaves_one_owner_each() {
     let a = ev.step(Input::Abort { reason: "operator".into() });
     assert!(matches!(ev.phase(), Phase::Aborted { .. }));
     assert!(!a.iter().any(|x| matches!(x, Action::MoveShard { .. })), "{a:?}");
-    assert_eq!(
-        a.iter().filter(|x| matches!(x, Action::AbortMove { .. })).count(),
-        1,
-        "only the shard still in flight is aborted: {a:?}"
-    );
+    assert_eq!(a.iter().filter(|x| matches!(x, Action::AbortMove { .. })).count(), 1, "only the shard still in flight is aborted: {a:?}");
     drive(&mut ev, &mut reg, a, &mut log);
 
     // Whatever comes in afterwards, nothing moves again.
@@ -296,10 +273,7 @@ fn resume_after_a_crash_mid_wave_finishes() {
     };
     let saved = ev.to_json(); // persisted before performing `sent`
     assert_eq!(sent.len(), 2);
-    let first = sent
-        .iter()
-        .find(|x| matches!(x, Action::MoveShard { ns, shard, .. } if (ns.clone(), shard.clone()) == wave1[0]))
-        .unwrap();
+    let first = sent.iter().find(|x| matches!(x, Action::MoveShard { ns, shard, .. } if (ns.clone(), shard.clone()) == wave1[0])).unwrap();
     reg.perform(first, &plan); // reached the registry and completed; the answer is lost
     drop(ev);
 

@@ -111,18 +111,10 @@ fn apply_is_all_or_nothing(store: &dyn FencedStore) {
         .apply(
             &l,
             FencingToken(7),
-            &[
-                Mutation::Put { key: b"a", value: b"1" },
-                Mutation::Put { key: b"b", value: b"1" },
-                Mutation::Put { key: b"c", value: b"1" },
-            ],
+            &[Mutation::Put { key: b"a", value: b"1" }, Mutation::Put { key: b"b", value: b"1" }, Mutation::Put { key: b"c", value: b"1" }],
         )
         .unwrap();
-    let many = [
-        Mutation::Put { key: b"a", value: b"2" },
-        Mutation::Delete { key: b"b" },
-        Mutation::Put { key: b"d", value: b"2" },
-    ];
+    let many = [Mutation::Put { key: b"a", value: b"2" }, Mutation::Delete { key: b"b" }, Mutation::Put { key: b"d", value: b"2" }];
 
     assert!(store.apply(&l, FencingToken(6), &many).unwrap_err().is_stale());
     assert_eq!(store.read(b"a").unwrap(), stored(b"1", 7));

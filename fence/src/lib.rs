@@ -166,12 +166,7 @@ pub trait FencedStore: Send + Sync {
 /// The fencing rule, the one place it is decided: `presented` passes if it is at
 /// least `highest`. Callers hold whatever makes check and write atomic.
 /// A rejection is counted and logged here, so every store counts the same way.
-pub(crate) fn admit(
-    resource: &str,
-    lock: &LockId,
-    presented: FencingToken,
-    highest: Option<FencingToken>,
-) -> Result<Accepted, FenceError> {
+pub(crate) fn admit(resource: &str, lock: &LockId, presented: FencingToken, highest: Option<FencingToken>) -> Result<Accepted, FenceError> {
     match highest {
         Some(highest) if presented < highest => {
             metrics::counter!(REJECTIONS_METRIC, "resource" => resource.to_owned()).increment(1);

@@ -86,10 +86,7 @@ pub(crate) fn decode_data(bytes: &[u8]) -> Result<Stored, FenceError> {
 fn read_token(what: &'static str, rest: &[u8], exact: bool) -> Result<FencingToken, FenceError> {
     let bad_len = rest.len() < TOKEN_BYTES || (exact && rest.len() != TOKEN_BYTES);
     if bad_len {
-        return Err(FenceError::Corrupt {
-            what,
-            detail: format!("{} bytes after the version byte, expected {TOKEN_BYTES}", rest.len()),
-        });
+        return Err(FenceError::Corrupt { what, detail: format!("{} bytes after the version byte, expected {TOKEN_BYTES}", rest.len()) });
     }
     let mut raw = [0u8; TOKEN_BYTES];
     raw.copy_from_slice(&rest[..TOKEN_BYTES]);

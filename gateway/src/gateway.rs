@@ -156,11 +156,9 @@ impl Gateway {
                 warn!(shard = %key, why = %why, "cell unreachable: fail-open namespace gets an UNFENCED grant");
                 Ok(pb::AcquireResponse { token: 0, ttl_remaining_ms: 0, epoch: 0, unfenced: true })
             }
-            Err(CallError::Unreachable(why)) => Err(status(
-                ErrorCode::Unavailable,
-                format!("the cell serving {key} cannot be reached ({why}); namespace {} is fail-closed", key.ns),
-                None,
-            )),
+            Err(CallError::Unreachable(why)) => {
+                Err(status(ErrorCode::Unavailable, format!("the cell serving {key} cannot be reached ({why}); namespace {} is fail-closed", key.ns), None))
+            }
             Err(CallError::Answered(s)) => Err(s),
         }
     }

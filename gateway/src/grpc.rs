@@ -49,8 +49,7 @@ impl LockService for LockFront {
 
     async fn close_session(&self, r: Request<pb::CloseSessionRequest>) -> Result<Response<pb::CloseSessionResponse>, Status> {
         let r = r.into_inner();
-        let key = shard_of(&r.shard)
-            .map_err(|_| status(ErrorCode::InvalidArgument, "through a gateway, CloseSession must name its shard".into(), None))?;
+        let key = shard_of(&r.shard).map_err(|_| status(ErrorCode::InvalidArgument, "through a gateway, CloseSession must name its shard".into(), None))?;
         self.0.close_session(&key, r.session_id).await.map(Response::new)
     }
 

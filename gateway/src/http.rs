@@ -137,8 +137,11 @@ async fn create_namespace(State(gw): State<Gateway>, Json(b): Json<NamespaceBody
         Some("fail-open") => pb::Posture::FailOpen,
         Some(o) => return Err(bad(format!("posture {o:?} is not fail-closed or fail-open"))),
     };
-    let quotas = (b.acquires_per_second != 0 || b.max_keys != 0)
-        .then(|| apb::Quotas { acquires_per_second: b.acquires_per_second, max_keys: b.max_keys, ..Default::default() });
+    let quotas = (b.acquires_per_second != 0 || b.max_keys != 0).then(|| apb::Quotas {
+        acquires_per_second: b.acquires_per_second,
+        max_keys: b.max_keys,
+        ..Default::default()
+    });
     let config = apb::NamespaceConfig {
         name: b.name,
         owner: b.owner,
@@ -278,7 +281,8 @@ async fn describe(State(gw): State<Gateway>, Path((ns, shard, name)): Path<(Stri
         })
         .collect();
     let waiters: Vec<Value> = d.waiters.iter().map(|w| json!({ "session": session_handle(&k, w.session_id), "request_id": w.request_id })).collect();
-    let last_break = d.last_break.as_ref().map(|b| json!({ "token": b.token.to_string(), "by": b.by, "reason": b.reason, "new_floor": b.new_floor.to_string() }));
+    let last_break =
+        d.last_break.as_ref().map(|b| json!({ "token": b.token.to_string(), "by": b.by, "reason": b.reason, "new_floor": b.new_floor.to_string() }));
     Ok(Json(json!({
         "name": d.name, "holders": holders, "waiters": waiters, "token_floor": d.token_floor.to_string(),
         "epoch": d.epoch, "lock_delayed": d.lock_delayed, "last_break": last_break, "revision": d.revision,

@@ -140,18 +140,15 @@ impl Placement {
             .call(CALL_TIMEOUT, |ch| async move { RegistryServiceClient::new(ch).list_namespaces(rpb::ListNamespacesRequest {}).await })
             .await?
             .configs;
-        let parsed: HashMap<NamespaceName, NamespaceConfig> =
-            configs.into_iter().filter_map(|c| namespace_from(c).ok()).map(|c| (c.name.clone(), c)).collect();
+        let parsed: HashMap<NamespaceName, NamespaceConfig> = configs.into_iter().filter_map(|c| namespace_from(c).ok()).map(|c| (c.name.clone(), c)).collect();
         self.view.write().expect("view lock").namespaces = parsed;
         Ok(())
     }
 
     /// Lists every shard; returns the revision the listing reflects.
     async fn list_shards(&self) -> Result<u64, CallError> {
-        let r = self
-            .registry
-            .call(CALL_TIMEOUT, |ch| async move { RegistryServiceClient::new(ch).list_shards(rpb::ListShardsRequest::default()).await })
-            .await?;
+        let r =
+            self.registry.call(CALL_TIMEOUT, |ch| async move { RegistryServiceClient::new(ch).list_shards(rpb::ListShardsRequest::default()).await }).await?;
         let mut shards = HashMap::new();
         for o in &r.shards {
             if let Ok(key) = shard_key(o.ns.clone(), o.shard.clone()) {

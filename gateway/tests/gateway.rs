@@ -78,12 +78,7 @@ async fn http_front_with_a_real_http_client() {
     let http = reqwest::Client::new();
 
     info!("--- create a namespace over HTTP, then place its shard");
-    let r = http
-        .post(w.http("/v1/namespaces"))
-        .json(&json!({ "name": "web", "owner": "team-web", "lock_delay_ms": 0 }))
-        .send()
-        .await
-        .unwrap();
+    let r = http.post(w.http("/v1/namespaces")).json(&json!({ "name": "web", "owner": "team-web", "lock_delay_ms": 0 })).send().await.unwrap();
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
     let mut reg = w.registry_client().await;
     reg.place_shard(rpb::PlaceShardRequest { ns: "web".into(), shard: "default".into(), cell: "a".into() }).await.unwrap();
@@ -131,12 +126,7 @@ async fn http_front_with_a_real_http_client() {
     info!("--- errors are JSON with the stable code and the right status");
     let r = http.post(w.http("/v1/locks/nope/default/x/acquire")).json(&json!({ "session": session, "request_id": "x" })).send().await.unwrap();
     assert_eq!(r.status(), 400, "a session of another shard is a bad request");
-    let r = http
-        .post(w.http("/v1/sessions"))
-        .json(&json!({ "ns": "nope", "ttl_ms": 10_000 }))
-        .send()
-        .await
-        .unwrap();
+    let r = http.post(w.http("/v1/sessions")).json(&json!({ "ns": "nope", "ttl_ms": 10_000 })).send().await.unwrap();
     assert_eq!(r.status(), 404);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["code"], json!("UNKNOWN_NAMESPACE"));
@@ -234,10 +224,7 @@ async fn a_call_routed_with_a_stale_epoch_is_refused_and_retried_at_the_new_owne
 /// The process-wide count of stale routes (the gateway runs in this process).
 fn stale_routes() -> u64 {
     let text = holdfast_telemetry::install().render();
-    text.lines()
-        .filter(|l| l.starts_with("holdfast_gateway_stale_routes_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    text.lines().filter(|l| l.starts_with("holdfast_gateway_stale_routes_total")).filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

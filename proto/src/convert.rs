@@ -9,9 +9,7 @@
 
 use crate::admin::v1 as apb;
 use crate::lock::v1 as lpb;
-use holdfast_core::{
-    EndReason, Intent, Mode, NameError, NamespaceConfig, NamespaceName, Posture, Quotas, ShardKey, ShardName,
-};
+use holdfast_core::{EndReason, Intent, Mode, NameError, NamespaceConfig, NamespaceName, Posture, Quotas, ShardKey, ShardName};
 
 /// A wire value that is not a valid domain value; the caller answers `INVALID_ARGUMENT`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -44,7 +44,6 @@ pub fn layered<'a, T: DeserializeOwned>(
 /// still be able to start a server, whose config refuses unknown keys. The prefix
 /// separator must be set too, or `HOLDFAST_X` is silently ignored (FIELD-NOTES).
 pub fn environment() -> config::Environment {
-    let vars: config::Map<String, String> =
-        std::env::vars().filter(|(k, _)| !holdfast_core::CLI_ONLY_ENV.contains(&k.as_str())).collect();
+    let vars: config::Map<String, String> = std::env::vars().filter(|(k, _)| !holdfast_core::CLI_ONLY_ENV.contains(&k.as_str())).collect();
     config::Environment::with_prefix("HOLDFAST").prefix_separator("_").separator("__").try_parsing(true).source(Some(vars))
 }

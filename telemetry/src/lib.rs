@@ -65,11 +65,18 @@ fn describe() {
     describe_gauge!(RAFT_COMMIT_INDEX, "The highest log index this node knows committed.");
     describe_gauge!(RAFT_APPLIED_INDEX, "The highest log index this node has applied.");
     describe_histogram!(RAFT_FSYNC, Unit::Seconds, "Duration of the synced RocksDB writes of the Raft log (votes and appends).");
-    describe_histogram!(RAFT_PROPOSE, Unit::Seconds, "On a leader: from proposing an entry to having its applied result (append, replication to a quorum, commit, apply), committed proposals only.");
+    describe_histogram!(
+        RAFT_PROPOSE,
+        Unit::Seconds,
+        "On a leader: from proposing an entry to having its applied result (append, replication to a quorum, commit, apply), committed proposals only."
+    );
     describe_gauge!(SHARD_EPOCH, "The ownership epoch at which this cell serves a shard, by namespace and shard.");
     describe_counter!(SESSIONS_EXPIRED, "Sessions this cell expired because their countdown ran out, by namespace.");
     describe_counter!(GATEWAY_STALE_ROUTES, "Calls a cell refused because the gateway's placement was stale (refreshed and retried once), by namespace.");
-    describe_counter!(GATEWAY_UNFENCED_GRANTS, "Acquires answered with an unfenced grant because the cell was unreachable and the namespace is fail-open, by namespace.");
+    describe_counter!(
+        GATEWAY_UNFENCED_GRANTS,
+        "Acquires answered with an unfenced grant because the cell was unreachable and the namespace is fail-open, by namespace."
+    );
     describe_counter!(GATEWAY_RATE_LIMITED, "Acquires refused with RATE_LIMITED, by namespace.");
     describe_gauge!(CHECKPOINT_SESSIONS, "Sessions listed in the last checkpoint the leader proposed (sessions that did not renew).");
 }
@@ -104,11 +111,7 @@ pub async fn upkeep() {
 /// `/metrics`, `/healthz` and `/readyz` as a router, for a server that merges them into
 /// its own HTTP port (the gateway). Installs the recorder if it is not yet.
 pub fn router(ready: Readiness) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics_text))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .with_state((install(), ready))
+    Router::new().route("/metrics", get(metrics_text)).route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz)).with_state((install(), ready))
 }
 
 type AppState = (PrometheusHandle, Readiness);

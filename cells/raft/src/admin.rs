@@ -39,30 +39,19 @@ impl<S: ReplicatedState> RaftAdminService<S> {
 
 fn member_node(m: &pb::Member) -> Result<(NodeId, Node), Status> {
     if m.raft_addr.is_empty() || m.client_addr.is_empty() {
-        return Err(status(
-            ErrorCode::InvalidArgument,
-            format!("member {} needs both raft_addr and client_addr", m.node_id),
-            None,
-        ));
+        return Err(status(ErrorCode::InvalidArgument, format!("member {} needs both raft_addr and client_addr", m.node_id), None));
     }
     Ok((m.node_id, Node::new(m.raft_addr.clone(), m.client_addr.clone())))
 }
 
 fn change_response(r: ClientWriteResponse) -> pb::MembershipChangeResponse {
-    pb::MembershipChangeResponse {
-        log_index: r.log_id.index,
-        membership: r.membership.as_ref().map(convert::membership_to_pb),
-    }
+    pb::MembershipChangeResponse { log_index: r.log_id.index, membership: r.membership.as_ref().map(convert::membership_to_pb) }
 }
 
 /// The metrics a node reports over `RaftAdmin.Metrics`.
 pub fn metrics_to_pb(m: &RaftMetrics) -> pb::MetricsResponse {
     let membership = m.membership_config.membership();
-    let leader_client_addr = m
-        .current_leader
-        .and_then(|l| membership.get_node(&l))
-        .map(|n| n.client_addr.clone())
-        .unwrap_or_default();
+    let leader_client_addr = m.current_leader.and_then(|l| membership.get_node(&l)).map(|n| n.client_addr.clone()).unwrap_or_default();
     let state = match m.state {
         ServerState::Leader => "Leader",
         ServerState::Follower => "Follower",
@@ -95,8 +84,7 @@ pub fn metrics_to_pb(m: &RaftMetrics) -> pb::MetricsResponse {
 #[tonic::async_trait]
 impl<S: ReplicatedState> RaftAdmin for RaftAdminService<S> {
     async fn initialize(&self, request: Request<pb::InitializeRequest>) -> Result<Response<pb::InitializeResponse>, Status> {
-        let members: BTreeMap<NodeId, Node> =
-            request.into_inner().members.iter().map(member_node).collect::<Result<_, _>>()?;
+        let members: BTreeMap<NodeId, Node> = request.into_inner().members.iter().map(member_node).collect::<Result<_, _>>()?;
         if members.is_empty() {
             return Err(status(ErrorCode::InvalidArgument, "no members".into(), None));
         }
@@ -105,10 +93,7 @@ impl<S: ReplicatedState> RaftAdmin for RaftAdminService<S> {
         Ok(Response::new(pb::InitializeResponse {}))
     }
 
-    async fn add_learner(
-        &self,
-        request: Request<pb::AddLearnerRequest>,
-    ) -> Result<Response<pb::MembershipChangeResponse>, Status> {
+    async fn add_learner(&self, request: Request<pb::AddLearnerRequest>) -> Result<Response<pb::MembershipChangeResponse>, Status> {
         let req = request.into_inner();
         let learner = req.learner.ok_or_else(|| status(ErrorCode::InvalidArgument, "no learner".into(), None))?;
         let (id, node) = member_node(&learner)?;
@@ -117,10 +102,7 @@ impl<S: ReplicatedState> RaftAdmin for RaftAdminService<S> {
         Ok(Response::new(change_response(r)))
     }
 
-    async fn change_membership(
-        &self,
-        request: Request<pb::ChangeMembershipRequest>,
-    ) -> Result<Response<pb::MembershipChangeResponse>, Status> {
+    async fn change_membership(&self, request: Request<pb::ChangeMembershipRequest>) -> Result<Response<pb::MembershipChangeResponse>, Status> {
         let req = request.into_inner();
         let voters: BTreeSet<NodeId> = req.voters.into_iter().collect();
         if voters.is_empty() {

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use holdfast_proto::raft::v1 as pb;
 
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Entry, EntryPayload, LeaderId, LogId, Membership, Node, NodeId,
-    Request, SnapshotMeta, StoredMembership, Vote, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, Entry, EntryPayload, LeaderId, LogId, Membership, Node, NodeId, Request, SnapshotMeta, StoredMembership, Vote,
+    VoteRequest, VoteResponse,
 };
 
 /// A protobuf message that does not describe a valid Raft message.
@@ -64,11 +64,7 @@ pub fn node_from_pb(n: pb::Node) -> Node {
 
 pub fn membership_to_pb(m: &Membership) -> pb::Membership {
     pb::Membership {
-        configs: m
-            .get_joint_config()
-            .iter()
-            .map(|c| pb::NodeIdSet { node_ids: c.iter().copied().collect() })
-            .collect(),
+        configs: m.get_joint_config().iter().map(|c| pb::NodeIdSet { node_ids: c.iter().copied().collect() }).collect(),
         nodes: m.nodes().map(|(id, n)| (*id, node_to_pb(n))).collect(),
     }
 }
@@ -122,9 +118,7 @@ pub fn append_response_to_pb(r: &AppendEntriesResponse) -> pb::AppendEntriesResp
     use pb::append_entries_response::{Conflict, PartialSuccess, Result as R, Success};
     let result = match r {
         AppendEntriesResponse::Success => R::Success(Success {}),
-        AppendEntriesResponse::PartialSuccess(m) => {
-            R::PartialSuccess(PartialSuccess { matching: m.as_ref().map(log_id_to_pb) })
-        }
+        AppendEntriesResponse::PartialSuccess(m) => R::PartialSuccess(PartialSuccess { matching: m.as_ref().map(log_id_to_pb) }),
         AppendEntriesResponse::Conflict => R::Conflict(Conflict {}),
         AppendEntriesResponse::HigherVote(v) => R::HigherVote(vote_to_pb(v)),
     };
@@ -142,11 +136,7 @@ pub fn append_response_from_pb(r: pb::AppendEntriesResponse) -> Result<AppendEnt
 }
 
 pub fn vote_request_to_pb(r: &VoteRequest) -> pb::VoteRequest {
-    pb::VoteRequest {
-        vote: Some(vote_to_pb(&r.vote)),
-        last_log_id: r.last_log_id.as_ref().map(log_id_to_pb),
-        leadership_transfer: r.leadership_transfer,
-    }
+    pb::VoteRequest { vote: Some(vote_to_pb(&r.vote)), last_log_id: r.last_log_id.as_ref().map(log_id_to_pb), leadership_transfer: r.leadership_transfer }
 }
 
 pub fn vote_request_from_pb(r: pb::VoteRequest) -> Result<VoteRequest, DecodeError> {
@@ -156,11 +146,7 @@ pub fn vote_request_from_pb(r: pb::VoteRequest) -> Result<VoteRequest, DecodeErr
 }
 
 pub fn vote_response_to_pb(r: &VoteResponse) -> pb::VoteResponse {
-    pb::VoteResponse {
-        vote: Some(vote_to_pb(&r.vote)),
-        vote_granted: r.vote_granted,
-        last_log_id: r.last_log_id.as_ref().map(log_id_to_pb),
-    }
+    pb::VoteResponse { vote: Some(vote_to_pb(&r.vote)), vote_granted: r.vote_granted, last_log_id: r.last_log_id.as_ref().map(log_id_to_pb) }
 }
 
 pub fn vote_response_from_pb(r: pb::VoteResponse) -> Result<VoteResponse, DecodeError> {
@@ -193,8 +179,7 @@ mod tests {
 
     #[test]
     fn append_entries_round_trip_keeps_every_field() {
-        let nodes: BTreeMap<NodeId, Node> =
-            [(1, Node::new("a:1", "a:2")), (2, Node::new("b:1", "b:2")), (3, Node::new("c:1", "c:2"))].into();
+        let nodes: BTreeMap<NodeId, Node> = [(1, Node::new("a:1", "a:2")), (2, Node::new("b:1", "b:2")), (3, Node::new("c:1", "c:2"))].into();
         let m = Membership::new(vec![[1, 2].into(), [1, 2, 3].into()], nodes).unwrap();
         let req = AppendEntriesRequest {
             vote: Vote { leader_id: LeaderId { term: 4, node_id: 2 }, committed: true },

@@ -60,10 +60,7 @@ impl WriteError {
     pub fn code(&self) -> ErrorCode {
         match self {
             WriteError::NotLeader { .. } => ErrorCode::NotLeader,
-            WriteError::NoQuorum
-            | WriteError::MembershipBusy(_)
-            | WriteError::Unknown(_)
-            | WriteError::Stopped(_) => ErrorCode::Unavailable,
+            WriteError::NoQuorum | WriteError::MembershipBusy(_) | WriteError::Unknown(_) | WriteError::Stopped(_) => ErrorCode::Unavailable,
             WriteError::Membership(_) => ErrorCode::InvalidArgument,
         }
     }
@@ -81,9 +78,7 @@ impl WriteError {
 fn not_leader(f: &ForwardToLeader) -> WriteError {
     match f.reason {
         ForwardReason::LeaseExpired => WriteError::NoQuorum,
-        ForwardReason::NotLeader | ForwardReason::LeadershipTransfer => {
-            WriteError::NotLeader { leader_id: f.leader_id, leader: f.leader_node.clone() }
-        }
+        ForwardReason::NotLeader | ForwardReason::LeadershipTransfer => WriteError::NotLeader { leader_id: f.leader_id, leader: f.leader_node.clone() },
     }
 }
 

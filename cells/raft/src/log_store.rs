@@ -42,8 +42,7 @@ fn key(index: u64) -> [u8; 8] {
 }
 
 fn index_of_key(k: &[u8]) -> io::Result<u64> {
-    let arr: [u8; 8] =
-        k.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "log key is not 8 bytes"))?;
+    let arr: [u8; 8] = k.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "log key is not 8 bytes"))?;
     Ok(u64::from_be_bytes(arr))
 }
 
@@ -72,10 +71,7 @@ impl LogStore {
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + fmt::Debug + OptionalSend>(
-        &mut self,
-        range: RB,
-    ) -> Result<Vec<Entry>, io::Error> {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + fmt::Debug + OptionalSend>(&mut self, range: RB) -> Result<Vec<Entry>, io::Error> {
         let start = match range.start_bound() {
             Bound::Included(i) => *i,
             Bound::Excluded(i) => i.saturating_add(1),
@@ -91,10 +87,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             }
             let entry: Entry = decode(&v)?;
             if entry.log_id.index != index {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("log key {index} holds entry {}", entry.log_id),
-                ));
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("log key {index} holds entry {}", entry.log_id)));
             }
             out.push(entry);
         }

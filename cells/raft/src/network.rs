@@ -21,8 +21,8 @@ use tracing::{debug, warn};
 
 use crate::convert;
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse,
-    StreamingError, TypeConfig, Vote, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamingError, TypeConfig, Vote,
+    VoteRequest, VoteResponse,
 };
 
 /// Size of one chunk of an InstallSnapshot stream.
@@ -77,9 +77,7 @@ impl GrpcNetworkFactory {
             local: self.local,
             target,
             client: channel.ok().map(|c| {
-                RaftServiceClient::new(c)
-                    .max_decoding_message_size(self.options.max_message_bytes)
-                    .max_encoding_message_size(self.options.max_message_bytes)
+                RaftServiceClient::new(c).max_decoding_message_size(self.options.max_message_bytes).max_encoding_message_size(self.options.max_message_bytes)
             }),
         }
     }
@@ -160,9 +158,7 @@ impl GrpcConnection {
         match f {
             Failure::Unreachable(m) => RpcError::Unreachable(Unreachable::from_string(m)),
             Failure::Network(m) => RpcError::Network(NetworkError::from_string(m)),
-            Failure::Timeout(timeout) => {
-                RpcError::Timeout(Timeout { action, id: self.local, target: self.target, timeout })
-            }
+            Failure::Timeout(timeout) => RpcError::Timeout(Timeout { action, id: self.local, target: self.target, timeout }),
         }
     }
 
@@ -170,11 +166,7 @@ impl GrpcConnection {
         let req = convert::vote_request_to_pb(&rpc);
         let res = async {
             let mut client = self.client()?;
-            let resp = if pre {
-                self.call(option.soft_ttl(), client.pre_vote(req)).await?
-            } else {
-                self.call(option.soft_ttl(), client.vote(req)).await?
-            };
+            let resp = if pre { self.call(option.soft_ttl(), client.pre_vote(req)).await? } else { self.call(option.soft_ttl(), client.vote(req)).await? };
             convert::vote_response_from_pb(resp).map_err(|e| Failure::Network(e.to_string()))
         }
         .await;
@@ -185,11 +177,7 @@ impl GrpcConnection {
 impl RaftNetworkV2<TypeConfig> for GrpcConnection {
     type SnapshotData = SnapshotData;
 
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest,
-        option: RPCOption,
-    ) -> Result<AppendEntriesResponse, RpcError> {
+    async fn append_entries(&mut self, rpc: AppendEntriesRequest, option: RPCOption) -> Result<AppendEntriesResponse, RpcError> {
         let req = convert::append_request_to_pb(&rpc);
         let res = async {
             let mut client = self.client()?;
@@ -225,9 +213,7 @@ impl RaftNetworkV2<TypeConfig> for GrpcConnection {
             })),
         });
         for chunk in snapshot.snapshot.chunks(SNAPSHOT_CHUNK_BYTES) {
-            parts.push(pb::InstallSnapshotRequest {
-                part: Some(pb::install_snapshot_request::Part::Chunk(chunk.to_vec())),
-            });
+            parts.push(pb::InstallSnapshotRequest { part: Some(pb::install_snapshot_request::Part::Chunk(chunk.to_vec())) });
         }
         debug!(target = self.target, bytes = total, chunks = parts.len() - 1, "sending snapshot");
         let mut client = match self.client() {
@@ -254,12 +240,7 @@ impl GrpcConnection {
         match f {
             Failure::Unreachable(m) => StreamingError::Unreachable(Unreachable::from_string(m)),
             Failure::Network(m) => StreamingError::Network(NetworkError::from_string(m)),
-            Failure::Timeout(timeout) => StreamingError::Timeout(Timeout {
-                action: RPCTypes::InstallSnapshot,
-                id: self.local,
-                target: self.target,
-                timeout,
-            }),
+            Failure::Timeout(timeout) => StreamingError::Timeout(Timeout { action: RPCTypes::InstallSnapshot, id: self.local, target: self.target, timeout }),
         }
     }
 }

@@ -45,13 +45,7 @@ pub struct RaftTimings {
 
 impl Default for RaftTimings {
     fn default() -> Self {
-        RaftTimings {
-            heartbeat_ms: 150,
-            election_min_ms: 1000,
-            election_max_ms: 2000,
-            snapshot_every_logs: 5000,
-            logs_kept_after_snapshot: 1000,
-        }
+        RaftTimings { heartbeat_ms: 150, election_min_ms: 1000, election_max_ms: 2000, snapshot_every_logs: 5000, logs_kept_after_snapshot: 1000 }
     }
 }
 
@@ -143,20 +137,14 @@ impl<S: ReplicatedState> RaftNode<S> {
 
     /// Like [`RaftNode::start`] with another network factory (the test fault router wraps
     /// the gRPC network this way).
-    pub async fn start_with_network<N>(
-        config: NodeConfig,
-        listener: TcpListener,
-        initial: S,
-        network: N,
-    ) -> Result<Self, StartError>
+    pub async fn start_with_network<N>(config: NodeConfig, listener: TcpListener, initial: S, network: N) -> Result<Self, StartError>
     where
         N: RaftNetworkFactory<TypeConfig>,
         N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
     {
         let raft_config = config.raft_config()?;
         let raft_addr = listener.local_addr()?;
-        let client_addr =
-            if config.client_addr.is_empty() { raft_addr.to_string() } else { config.client_addr.clone() };
+        let client_addr = if config.client_addr.is_empty() { raft_addr.to_string() } else { config.client_addr.clone() };
         let node = Node::new(raft_addr.to_string(), client_addr);
 
         let db = open_db(&config.data_dir)?;
@@ -175,16 +163,7 @@ impl<S: ReplicatedState> RaftNode<S> {
             });
         let server = tokio::spawn(server);
         info!(node_id = config.node_id, %raft_addr, dir = %config.data_dir.display(), "raft node started");
-        Ok(RaftNode {
-            id: config.node_id,
-            node,
-            raft_addr,
-            raft,
-            state,
-            db: weak_db,
-            server: Some(server),
-            stop_server: Some(stop_tx),
-        })
+        Ok(RaftNode { id: config.node_id, node, raft_addr, raft, state, db: weak_db, server: Some(server), stop_server: Some(stop_tx) })
     }
 
     pub fn id(&self) -> NodeId {

@@ -70,13 +70,8 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
 
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
     match bytes.split_first() {
-        Some((&RECORD_V1, body)) => {
-            bincode::deserialize(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-        }
-        Some((v, _)) => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("record version {v} is newer than this binary understands"),
-        )),
+        Some((&RECORD_V1, body)) => bincode::deserialize(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Some((v, _)) => Err(io::Error::new(io::ErrorKind::InvalidData, format!("record version {v} is newer than this binary understands"))),
         None => Err(io::Error::new(io::ErrorKind::InvalidData, "empty record")),
     }
 }

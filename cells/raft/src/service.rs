@@ -31,9 +31,7 @@ impl<S: ReplicatedState> RaftGrpcService<S> {
 
     /// The tonic service, ready to be added to a `tonic::transport::Server`.
     pub fn into_server(self, max_message_bytes: usize) -> RaftServiceServer<Self> {
-        RaftServiceServer::new(self)
-            .max_decoding_message_size(max_message_bytes)
-            .max_encoding_message_size(max_message_bytes)
+        RaftServiceServer::new(self).max_decoding_message_size(max_message_bytes).max_encoding_message_size(max_message_bytes)
     }
 }
 
@@ -49,10 +47,7 @@ fn stopped(e: impl fmt::Display) -> Status {
 
 #[tonic::async_trait]
 impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
-    async fn append_entries(
-        &self,
-        request: Request<pb::AppendEntriesRequest>,
-    ) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+    async fn append_entries(&self, request: Request<pb::AppendEntriesRequest>) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         let req = convert::append_request_from_pb(request.into_inner()).map_err(bad_request)?;
         let resp = self.raft.append_entries(req).await.map_err(stopped)?;
         Ok(Response::new(convert::append_response_to_pb(&resp)))
@@ -70,10 +65,7 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
         Ok(Response::new(convert::vote_response_to_pb(&resp)))
     }
 
-    async fn install_snapshot(
-        &self,
-        request: Request<Streaming<pb::InstallSnapshotRequest>>,
-    ) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
+    async fn install_snapshot(&self, request: Request<Streaming<pb::InstallSnapshotRequest>>) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
         use pb::install_snapshot_request::Part;
         let mut stream = request.into_inner();
         let header = match stream.next().await {
@@ -82,10 +74,7 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
             _ => return Err(Status::invalid_argument("InstallSnapshot must start with a header")),
         };
         let vote = convert::vote_from_pb(header.vote).map_err(bad_request)?;
-        let meta = convert::snapshot_meta_from_pb(
-            header.meta.ok_or_else(|| Status::invalid_argument("snapshot header without meta"))?,
-        )
-        .map_err(bad_request)?;
+        let meta = convert::snapshot_meta_from_pb(header.meta.ok_or_else(|| Status::invalid_argument("snapshot header without meta"))?).map_err(bad_request)?;
         let total = usize::try_from(header.total_bytes).map_err(|_| Status::invalid_argument("snapshot too large"))?;
         let mut data = Vec::with_capacity(total);
         while let Some(msg) = stream.next().await {

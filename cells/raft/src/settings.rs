@@ -23,11 +23,7 @@ pub const DEFAULT_SHUTDOWN_DEADLINE_MS: u64 = 5000;
 /// nests keys), then `overrides` (from flags). `T` must have those five fields (a
 /// default it lacks is an unknown field). Not validated: that is the caller's
 /// `validate()`.
-pub fn load_layered<T: DeserializeOwned>(
-    defaults: &[(&str, config::Value)],
-    file: Option<&Path>,
-    overrides: &[(&str, String)],
-) -> Result<T, ConfigError> {
+pub fn load_layered<T: DeserializeOwned>(defaults: &[(&str, config::Value)], file: Option<&Path>, overrides: &[(&str, String)]) -> Result<T, ConfigError> {
     let t = RaftTimings::default();
     let node_defaults: [(&str, config::Value); 5] = [
         ("heartbeat_ms", t.heartbeat_ms.into()),
@@ -42,13 +38,7 @@ pub fn load_layered<T: DeserializeOwned>(
 /// The checks every Raft node's configuration needs: a node id, timings under which a
 /// slow heartbeat does not start elections, and listen addresses that parse and differ.
 /// `other_addrs` are further `(field, host:port)` pairs to check (a metrics endpoint).
-pub fn validate_node(
-    node_id: NodeId,
-    timings: &RaftTimings,
-    raft_addr: &str,
-    client_addr: &str,
-    other_addrs: &[(&str, &str)],
-) -> Result<(), ConfigError> {
+pub fn validate_node(node_id: NodeId, timings: &RaftTimings, raft_addr: &str, client_addr: &str, other_addrs: &[(&str, &str)]) -> Result<(), ConfigError> {
     let bad = |m: String| Err(ConfigError::Invalid(m));
     if node_id == 0 {
         return bad("node_id must be at least 1".into());

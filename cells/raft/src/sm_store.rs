@@ -22,10 +22,7 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::rocks::{cf, decode, encode, io_err, synced, CF_SM};
-use crate::types::{
-    EntryPayload, EntryResponder, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
-    TypeConfig,
-};
+use crate::types::{EntryPayload, EntryResponder, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 
 const KEY_SNAPSHOT: &[u8] = b"snapshot";
 
@@ -127,10 +124,7 @@ pub struct StateMachineStore<S> {
 
 impl<S> fmt::Debug for StateMachineStore<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StateMachineStore")
-            .field("last_applied", &self.last_applied)
-            .field("last_membership", &self.last_membership)
-            .finish_non_exhaustive()
+        f.debug_struct("StateMachineStore").field("last_applied", &self.last_applied).field("last_membership", &self.last_membership).finish_non_exhaustive()
     }
 }
 
@@ -148,14 +142,7 @@ impl<S: ReplicatedState> StateMachineStore<S> {
             None => (None, StoredMembership::default()),
         };
         let (applied_tx, _) = watch::channel(last_applied.as_ref().map(|l| l.index));
-        Ok(StateMachineStore {
-            db,
-            state: Arc::new(RwLock::new(initial)),
-            applied_tx,
-            last_applied,
-            last_membership,
-            snapshot_write: Arc::new(Mutex::new(())),
-        })
+        Ok(StateMachineStore { db, state: Arc::new(RwLock::new(initial)), applied_tx, last_applied, last_membership, snapshot_write: Arc::new(Mutex::new(())) })
     }
 
     /// A read handle on the state; stays valid for the life of the node.
@@ -275,9 +262,7 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         // is what openraft now believes (it purges the logs it covers).
         let db = self.db.clone();
         let guard = self.snapshot_write.clone();
-        let stored = tokio::task::spawn_blocking(move || persist_snapshot(&db, &guard, &stored).map(|_| stored))
-            .await
-            .map_err(io::Error::other)??;
+        let stored = tokio::task::spawn_blocking(move || persist_snapshot(&db, &guard, &stored).map(|_| stored)).await.map_err(io::Error::other)??;
         self.write_lock().restore(&stored.data)?;
         self.last_applied = meta.last_log_id.clone();
         self.last_membership = meta.last_membership.clone();

@@ -21,8 +21,8 @@ use tracing::info;
 use crate::network::{GrpcConnection, GrpcNetworkFactory};
 use crate::sm_store::ReplicatedState;
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse,
-    StreamingError, TypeConfig, Vote, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamingError, TypeConfig, Vote,
+    VoteRequest, VoteResponse,
 };
 
 /// What happens to RPCs on one directed link.
@@ -109,10 +109,7 @@ impl RaftNetworkFactory<TypeConfig> for FaultyNetworkFactory {
     type Network = FaultyConnection;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> Self::Network {
-        FaultyConnection {
-            link: Link { from: self.inner.local(), to: target, faults: self.faults.clone() },
-            inner: self.inner.connect(target, node),
-        }
+        FaultyConnection { link: Link { from: self.inner.local(), to: target, faults: self.faults.clone() }, inner: self.inner.connect(target, node) }
     }
 }
 
@@ -166,11 +163,7 @@ fn rpc_cut(e: LinkCut) -> RpcError {
 impl RaftNetworkV2<TypeConfig> for FaultyConnection {
     type SnapshotData = SnapshotData;
 
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest,
-        option: RPCOption,
-    ) -> Result<AppendEntriesResponse, RpcError> {
+    async fn append_entries(&mut self, rpc: AppendEntriesRequest, option: RPCOption) -> Result<AppendEntriesResponse, RpcError> {
         self.link.carry(self.inner.append_entries(rpc, option)).await.map_err(rpc_cut)?
     }
 
@@ -189,10 +182,7 @@ impl RaftNetworkV2<TypeConfig> for FaultyConnection {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse, StreamingError> {
-        self.link
-            .carry(self.inner.full_snapshot(vote, snapshot, cancel, option))
-            .await
-            .map_err(|e| StreamingError::Unreachable(Unreachable::new(&e)))?
+        self.link.carry(self.inner.full_snapshot(vote, snapshot, cancel, option)).await.map_err(|e| StreamingError::Unreachable(Unreachable::new(&e)))?
     }
 }
 

@@ -105,10 +105,7 @@ async fn restarted_follower_catches_up_through_a_snapshot() {
     let purged = c
         .raft(leader)
         .wait(Some(WAIT))
-        .metrics(
-            |m| m.purged.as_ref().is_some_and(|p| p.index > follower_last_log + 20),
-            "leader purged past the follower's log",
-        )
+        .metrics(|m| m.purged.as_ref().is_some_and(|p| p.index > follower_last_log + 20), "leader purged past the follower's log")
         .await
         .expect("leader purges")
         .purged
@@ -167,11 +164,7 @@ async fn minority_cut_off_cannot_commit_while_majority_moves_on() {
     };
     c.wait_applied(&others, applied.index, "majority").await;
     let old_m = c.nodes[&old].metrics();
-    assert!(
-        old_m.local_committed.as_ref().map_or(0, |l| l.index) <= committed_before,
-        "the cut-off node committed nothing new: {:?}",
-        old_m.local_committed
-    );
+    assert!(old_m.local_committed.as_ref().map_or(0, |l| l.index) <= committed_before, "the cut-off node committed nothing new: {:?}", old_m.local_committed);
 
     info!("--- heal; the old leader steps down and converges, without its unknown write");
     c.faults.heal_all();
@@ -194,8 +187,7 @@ async fn membership_changes_while_writes_go_on() {
     info!("--- a writer keeps writing through whoever leads");
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::<(u64, u64)>::new()));
-    let rafts: Vec<(NodeId, holdfast_raft::Raft<AppendLog>)> =
-        c.nodes.iter().map(|(id, n)| (*id, n.raft().clone())).collect();
+    let rafts: Vec<(NodeId, holdfast_raft::Raft<AppendLog>)> = c.nodes.iter().map(|(id, n)| (*id, n.raft().clone())).collect();
     let writer = {
         let (stop, acked) = (stop.clone(), acked.clone());
         tokio::spawn(async move {
@@ -203,11 +195,7 @@ async fn membership_changes_while_writes_go_on() {
             let mut v = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let raft = &rafts.iter().find(|(id, _)| *id == target).expect("known node").1;
-                let res = tokio::time::timeout(
-                    Duration::from_secs(5),
-                    raft.client_write(holdfast_raft::Request::new(AppendLog::command(v))),
-                )
-                .await;
+                let res = tokio::time::timeout(Duration::from_secs(5), raft.client_write(holdfast_raft::Request::new(AppendLog::command(v)))).await;
                 match res.map(|r| r.map_err(WriteError::from)) {
                     Ok(Ok(r)) => {
                         acked.lock().unwrap().push((v, r.log_id.index));
@@ -240,10 +228,7 @@ async fn membership_changes_while_writes_go_on() {
         .expect("add learner");
 
     info!("--- promote it: voters {{1,2,3,4}}");
-    admin
-        .change_membership(pb::ChangeMembershipRequest { voters: vec![1, 2, 3, 4], keep_removed_as_learners: false })
-        .await
-        .expect("promote");
+    admin.change_membership(pb::ChangeMembershipRequest { voters: vec![1, 2, 3, 4], keep_removed_as_learners: false }).await.expect("promote");
 
     let removed = (1..=3).find(|id| *id != leader).expect("a follower");
     let voters: Vec<NodeId> = (1..=4).filter(|id| *id != removed).collect();

@@ -13,13 +13,7 @@ use std::process::{Child, Command, Stdio};
 const BIN: &str = env!("CARGO_BIN_EXE_raft-crash-node");
 
 fn spawn(mode: &str, dir: &Path) -> Child {
-    Command::new(BIN)
-        .arg(mode)
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn raft-crash-node")
+    Command::new(BIN).arg(mode).arg(dir).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn raft-crash-node")
 }
 
 /// Runs a writer until it has acknowledged `acks` more values, then SIGKILLs it.

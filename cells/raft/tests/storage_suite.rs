@@ -36,9 +36,7 @@ async fn snapshot_survives_reopen() {
         let db = open_db(dir.path()).expect("open");
         let mut sm = StateMachineStore::open(db, AppendLog::default()).expect("sm");
         let entries: Vec<Result<holdfast_raft::types::EntryResponder, std::io::Error>> = (1..=3u64)
-            .map(|i| {
-                Ok((Entry { log_id: lid(i), payload: EntryPayload::Normal(holdfast_raft::Request::new(AppendLog::command(i * 10))) }, None))
-            })
+            .map(|i| Ok((Entry { log_id: lid(i), payload: EntryPayload::Normal(holdfast_raft::Request::new(AppendLog::command(i * 10))) }, None)))
             .collect();
         sm.apply(futures_util::stream::iter(entries)).await.expect("apply");
         let snap = sm.get_snapshot_builder().await.build_snapshot().await.expect("build");

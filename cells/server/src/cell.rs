@@ -4,12 +4,12 @@
 //! what the table answered.
 
 use crate::machine::{CellMachine, Hooks};
+use crate::ownership::OwnershipLease;
 use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, Outcome};
 use holdfast_core::ErrorCode;
-pub use holdfast_raft::{wall_clock_ms, Leader};
-use holdfast_raft::{status, Group};
-use crate::ownership::OwnershipLease;
 use holdfast_core::ShardKey;
+use holdfast_raft::{status, Group};
+pub use holdfast_raft::{wall_clock_ms, Leader};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tonic::Status;
@@ -37,8 +37,7 @@ impl Cell {
     pub async fn propose(&self, leader: Leader, cmd: Command) -> Result<Result<Outcome, CellError>, Status> {
         let entry = Entry::new(wall_clock_ms(), cmd);
         let answer = self.group.propose(leader, entry.encode()).await?;
-        let applied = Applied::decode(&answer)
-            .map_err(|e| status(ErrorCode::Unavailable, format!("cannot decode the apply result: {e}"), None))?;
+        let applied = Applied::decode(&answer).map_err(|e| status(ErrorCode::Unavailable, format!("cannot decode the apply result: {e}"), None))?;
         Ok(applied.result)
     }
 

@@ -85,10 +85,7 @@ impl LeaseClock {
                 Some(ms) => arrivals.seen(id).unwrap_or(now).min(now) + Duration::from_millis(ms),
                 None => now + ttl,
             };
-            clock.sessions.insert(
-                id,
-                SessionTimer { ttl, deadline, last_renew: None, checkpointed: checkpoint_ms.is_some(), expiring: false },
-            );
+            clock.sessions.insert(id, SessionTimer { ttl, deadline, last_renew: None, checkpointed: checkpoint_ms.is_some(), expiring: false });
         }
         for (key, name, token, _) in state.holds() {
             if let Some(max_hold) = max_hold(state, &key.ns) {
@@ -217,10 +214,7 @@ impl LeaseClock {
         match cmd {
             Command::CreateSession { session, ttl_ms, .. } => {
                 let ttl = Duration::from_millis(*ttl_ms);
-                self.sessions.insert(
-                    *session,
-                    SessionTimer { ttl, deadline: now + ttl, last_renew: Some(now), checkpointed: false, expiring: false },
-                );
+                self.sessions.insert(*session, SessionTimer { ttl, deadline: now + ttl, last_renew: Some(now), checkpointed: false, expiring: false });
             }
             Command::CloseSession { session } | Command::ExpireSession { session } => {
                 self.sessions.remove(session);

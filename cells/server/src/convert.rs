@@ -47,12 +47,7 @@ pub fn holder(h: &HolderView, now_ms: u64) -> pb::Holder {
 }
 
 pub fn waiter(w: &WaiterView) -> pb::Waiter {
-    pb::Waiter {
-        session_id: w.session.0,
-        mode: mode_to(w.mode),
-        request_id: w.request_id.to_string(),
-        queued_unix_ms: w.queued_at_unix_ms,
-    }
+    pb::Waiter { session_id: w.session.0, mode: mode_to(w.mode), request_id: w.request_id.to_string(), queued_unix_ms: w.queued_at_unix_ms }
 }
 
 pub fn event(e: &Event) -> pb::LockEvent {

@@ -10,10 +10,10 @@
 use crate::cell::Cell;
 use crate::ownership::{plan, Listed, OwnershipLease, Step};
 use holdfast_cell_state::{Command, Outcome};
+use holdfast_client::upstream::{Upstream, CALL_TIMEOUT};
 use holdfast_core::{Epoch, LockName, NamespaceConfig};
 use holdfast_proto::convert::{namespace_from, shard_key};
 use holdfast_proto::registry::v1 as rpb;
-use holdfast_client::upstream::{Upstream, CALL_TIMEOUT};
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -148,6 +148,7 @@ async fn follow_once(cell: &Cell, link: &mut RegistryLink) -> Result<Duration, S
 
 fn listed_from(s: rpb::OwnedShard) -> Result<Listed, String> {
     let shard = shard_key(s.ns, s.shard).map_err(|e| format!("registry listed a bad shard: {e:?}"))?;
-    let delayed_locks = s.delayed_locks.into_iter().map(LockName::new).collect::<Result<Vec<_>, _>>().map_err(|e| format!("registry listed a bad lock name: {e}"))?;
+    let delayed_locks =
+        s.delayed_locks.into_iter().map(LockName::new).collect::<Result<Vec<_>, _>>().map_err(|e| format!("registry listed a bad lock name: {e}"))?;
     Ok(Listed { shard, epoch: Epoch(s.epoch), draining: s.draining, delayed_locks, previous_unsealed: s.previous_unsealed })
 }

@@ -150,11 +150,8 @@ pub fn plan(state: &CellState, listed: &[Listed], configs: &[NamespaceConfig]) -
     // Shards this cell still serves that the registry no longer lists here (an
     // unplanned move away, or a lost and restored cell): seal them, so their holders
     // are told MOVED and nothing more is granted.
-    let mut gone: Vec<_> = served
-        .iter()
-        .filter(|(key, (_, sealed))| !sealed && !listed.iter().any(|l| &l.shard == *key))
-        .map(|(key, (epoch, _))| (key.clone(), *epoch))
-        .collect();
+    let mut gone: Vec<_> =
+        served.iter().filter(|(key, (_, sealed))| !sealed && !listed.iter().any(|l| &l.shard == *key)).map(|(key, (epoch, _))| (key.clone(), *epoch)).collect();
     gone.sort();
     for (shard, epoch) in gone {
         steps.push(Step::Commit(Command::SealShard { shard, epoch }));

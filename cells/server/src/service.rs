@@ -185,35 +185,20 @@ impl LockService for LockApi {
         }
         // Armed before proposing: a grant may commit before we hear "queued".
         let woken = (!wait.is_zero()).then(|| self.cell.hooks.arm(session, rid.clone()));
-        let cmd = Command::Acquire {
-            shard: shard.clone(),
-            epoch,
-            name: name.clone(),
-            session,
-            mode,
-            request_id: rid.clone(),
-            value: r.value,
-            wait: !wait.is_zero(),
-        };
+        let cmd =
+            Command::Acquire { shard: shard.clone(), epoch, name: name.clone(), session, mode, request_id: rid.clone(), value: r.value, wait: !wait.is_zero() };
         let outcome = self.cell.propose(leader, cmd).await;
         let granted = |token: FencingToken| {
             debug!(shard = %shard, lock = %name, session = %session, token = token.0, "granted");
-            Ok(Response::new(pb::AcquireResponse {
-                token: token.0,
-                ttl_remaining_ms: self.ttl_remaining(session),
-                epoch: token.epoch().0,
-                unfenced: false,
-            }))
+            Ok(Response::new(pb::AcquireResponse { token: token.0, ttl_remaining_ms: self.ttl_remaining(session), epoch: token.epoch().0, unfenced: false }))
         };
         let result = match outcome? {
             Ok(Outcome::Granted { token }) => granted(token),
             // A retry without a wait of a request that is already queued: it keeps its
             // place, but this call does not wait.
-            Ok(Outcome::Queued { .. }) if woken.is_none() => Err(status(
-                ErrorCode::LockHeld,
-                format!("request {rid} is queued for {name}; retry it with wait_timeout_ms to wait for the grant"),
-                None,
-            )),
+            Ok(Outcome::Queued { .. }) if woken.is_none() => {
+                Err(status(ErrorCode::LockHeld, format!("request {rid} is queued for {name}; retry it with wait_timeout_ms to wait for the grant"), None))
+            }
             Ok(Outcome::Queued { .. }) => {
                 let woken = woken.expect("checked above");
                 if let Some(clock) = self.cell.hooks.clock.lock().expect("clock lock").as_mut() {
@@ -231,22 +216,14 @@ impl LockService for LockApi {
                     Ok(Ok(WaitResult::Dequeued(DequeueReason::SessionEnded))) => {
                         Err(status(ErrorCode::SessionExpired, format!("session {session} ended while waiting"), None))
                     }
-                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Moved))) => {
-                        Err(status(ErrorCode::NotOwner, format!("shard {shard} moved while waiting"), None))
-                    }
+                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Moved))) => Err(status(ErrorCode::NotOwner, format!("shard {shard} moved while waiting"), None)),
                     // The timeout's commit did not arrive: the outcome is unknown, never "absent".
-                    _ => Err(status(
-                        ErrorCode::Unavailable,
-                        "wait outcome unknown (leader change?); retry with the same request_id".into(),
-                        None,
-                    )),
+                    _ => Err(status(ErrorCode::Unavailable, "wait outcome unknown (leader change?); retry with the same request_id".into(), None)),
                 }
             }
-            Ok(Outcome::HoldEnded { token, reason }) => Err(status(
-                ErrorCode::NotHolder,
-                format!("request {rid} was granted token {} and that hold has ended ({reason})", token.0),
-                None,
-            )),
+            Ok(Outcome::HoldEnded { token, reason }) => {
+                Err(status(ErrorCode::NotHolder, format!("request {rid} was granted token {} and that hold has ended ({reason})", token.0), None))
+            }
             Ok(other) => Err(unexpected(other)),
             Err(e) => Err(cell_status(&e)),
         };
@@ -352,9 +329,7 @@ impl LockService for LockApi {
                 (start, st.events_after(start, Some((&shard, &name))))
             })
             .await?;
-        let history = history.map_err(|c| {
-            status(ErrorCode::InvalidArgument, format!("{c}; re-read with Describe and watch from {}", c.oldest.0), None)
-        })?;
+        let history = history.map_err(|c| status(ErrorCode::InvalidArgument, format!("{c}; re-read with Describe and watch from {}", c.oldest.0), None))?;
         let (tx, rx) = mpsc::channel(64);
         let cell = self.cell.clone();
         tokio::spawn(async move {

@@ -4,7 +4,6 @@
 
 mod common;
 
-use holdfast_testkit::proxy::Proxy;
 use common::*;
 use holdfast_core::{FencingToken, LockName, NamespaceName, ShardKey, ShardName};
 use holdfast_fence::{FencedStore, LockId, MemoryFence};
@@ -14,6 +13,7 @@ use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_registry::RegistryServer;
+use holdfast_testkit::proxy::Proxy;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;

@@ -5,9 +5,7 @@
 //! that depend on time (expiry, max hold, lock-delay, wait timeouts) arrive as
 //! explicit commands the leader committed after measuring on its monotonic clock.
 
-use holdfast_core::{
-    Epoch, FencingToken, LockName, Mode, NamespaceConfig, RequestId, SessionId, ShardKey,
-};
+use holdfast_core::{Epoch, FencingToken, LockName, Mode, NamespaceConfig, RequestId, SessionId, ShardKey};
 use serde::{Deserialize, Serialize};
 
 /// One log entry: a command plus the leader's wall clock when it proposed it.

@@ -3,9 +3,7 @@
 
 use crate::outcome::{CellError, DequeueReason, EventKind, Outcome};
 use crate::state::{compatible, next_token, BreakRecord, CellState, Ctx, RequestRecord, Waiter, AUDIT_CAP};
-use holdfast_core::{
-    validate_value, EndReason, Epoch, FencingToken, LockName, Mode, RequestId, SessionId, ShardKey,
-};
+use holdfast_core::{validate_value, EndReason, Epoch, FencingToken, LockName, Mode, RequestId, SessionId, ShardKey};
 
 pub(crate) struct AcquireArgs<'a> {
     pub(crate) shard: &'a ShardKey,
@@ -32,15 +30,10 @@ impl CellState {
         // A retry gets the original outcome; it never grants twice.
         if let Some(rec) = self.requests.get(&(a.session, a.request_id.clone())) {
             let (rshard, rname) = match rec {
-                RequestRecord::Holding { shard, name, .. }
-                | RequestRecord::Waiting { shard, name }
-                | RequestRecord::Ended { shard, name, .. } => (shard, name),
+                RequestRecord::Holding { shard, name, .. } | RequestRecord::Waiting { shard, name } | RequestRecord::Ended { shard, name, .. } => (shard, name),
             };
             if rshard != a.shard || rname != a.name {
-                return Err(CellError::InvalidArgument(format!(
-                    "request id {} was already used for lock {rname} in {rshard}",
-                    a.request_id
-                )));
+                return Err(CellError::InvalidArgument(format!("request id {} was already used for lock {rname} in {rshard}", a.request_id)));
             }
             return Ok(match rec {
                 RequestRecord::Holding { token, .. } => Outcome::Granted { token: *token },
@@ -75,10 +68,7 @@ impl CellState {
         let free = lock.is_none_or(|l| !l.delayed && l.waiters.is_empty() && compatible(l, a.mode));
         if free {
             if next_token(shard).is_none() {
-                return Err(CellError::Unavailable(format!(
-                    "shard {} has used every token of epoch {}; waiting for an epoch bump",
-                    a.shard, shard.epoch
-                )));
+                return Err(CellError::Unavailable(format!("shard {} has used every token of epoch {}; waiting for an epoch bump", a.shard, shard.epoch)));
             }
             let token = self.grant(ctx, a.shard, a.name, a.session, a.mode, a.request_id, a.value.to_vec());
             return Ok(Outcome::Granted { token });
@@ -93,20 +83,11 @@ impl CellState {
 
         let shard = self.shards.get_mut(a.shard).expect("checked above");
         let lock = shard.locks.entry(a.name.clone()).or_default();
-        lock.waiters.push_back(Waiter {
-            session: a.session,
-            mode: a.mode,
-            request_id: a.request_id.clone(),
-            value: a.value.to_vec(),
-            queued_at_ms: ctx.at_ms,
-        });
+        lock.waiters.push_back(Waiter { session: a.session, mode: a.mode, request_id: a.request_id.clone(), value: a.value.to_vec(), queued_at_ms: ctx.at_ms });
         let position = (lock.waiters.len() - 1) as u32;
         let sess = self.sessions.get_mut(&a.session).expect("checked above");
         sess.waits.insert((a.shard.clone(), a.name.clone(), a.request_id.clone()));
-        self.requests.insert(
-            (a.session, a.request_id.clone()),
-            RequestRecord::Waiting { shard: a.shard.clone(), name: a.name.clone() },
-        );
+        self.requests.insert((a.session, a.request_id.clone()), RequestRecord::Waiting { shard: a.shard.clone(), name: a.name.clone() });
         self.emit(ctx, a.shard, a.name, a.session, a.request_id, EventKind::Queued { mode: a.mode }, a.value);
         Ok(Outcome::Queued { position })
     }
@@ -120,9 +101,7 @@ impl CellState {
             return match shard.ended.get(&token) {
                 // Repeating a release is OK.
                 Some((n, EndReason::Released)) if n == name => Ok(Outcome::Released { token }),
-                Some((n, reason)) if n == name => {
-                    Err(CellError::NotHolder { name: name.to_string(), token, ended: Some(*reason) })
-                }
+                Some((n, reason)) if n == name => Err(CellError::NotHolder { name: name.to_string(), token, ended: Some(*reason) }),
                 _ => Err(CellError::NotHolder { name: name.to_string(), token, ended: None }),
             };
         }
@@ -176,11 +155,8 @@ impl CellState {
             return Err(CellError::InvalidArgument("break-lock needs a reason; it is audited".into()));
         }
         let shard = self.serving_shard(key, None)?;
-        let holders: Vec<(SessionId, FencingToken)> = shard
-            .locks
-            .get(name)
-            .map(|l| l.holders.iter().map(|(t, h)| (h.session, *t)).collect())
-            .unwrap_or_default();
+        let holders: Vec<(SessionId, FencingToken)> =
+            shard.locks.get(name).map(|l| l.holders.iter().map(|(t, h)| (h.session, *t)).collect()).unwrap_or_default();
         for (_, token) in &holders {
             self.end_hold(ctx, key, name, *token, EndReason::Broken);
         }
@@ -205,10 +181,7 @@ impl CellState {
 #[cfg(test)]
 mod tests {
     use crate::{CellState, Command, Entry, Outcome};
-    use holdfast_core::{
-        Epoch, ErrorCode, Intent, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, Seq, SessionId,
-        ShardKey, ShardName,
-    };
+    use holdfast_core::{Epoch, ErrorCode, Intent, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, Seq, SessionId, ShardKey, ShardName};
 
     /// A shard whose seq is used up refuses new grants with UNAVAILABLE (it needs an
     /// epoch bump from the registry) and keeps waiters queued instead of wrapping.
@@ -222,12 +195,8 @@ mod tests {
         let at = |cmd| Entry::new(1, cmd);
         st.apply(&at(Command::ApplyConfig { config: cfg })).result.unwrap();
         st.apply(&at(Command::AdoptShard { shard: key.clone(), epoch: Epoch(3), delayed_locks: vec![] })).result.unwrap();
-        st.apply(&at(Command::CreateSession { shard: key.clone(), session: SessionId(1), ttl_ms: 3_000, label: String::new() }))
-            .result
-            .unwrap();
-        st.apply(&at(Command::CreateSession { shard: key.clone(), session: SessionId(2), ttl_ms: 3_000, label: String::new() }))
-            .result
-            .unwrap();
+        st.apply(&at(Command::CreateSession { shard: key.clone(), session: SessionId(1), ttl_ms: 3_000, label: String::new() })).result.unwrap();
+        st.apply(&at(Command::CreateSession { shard: key.clone(), session: SessionId(2), ttl_ms: 3_000, label: String::new() })).result.unwrap();
         st.shards.get_mut(&key).unwrap().seq = Seq(Seq::MAX.0 - 1);
         let acquire = |s: u64| Command::Acquire {
             shard: key.clone(),

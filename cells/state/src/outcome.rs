@@ -1,10 +1,7 @@
 //! What applying an entry produced: a result for the proposer and the events that
 //! Watch streams and that wake waiting calls.
 
-use holdfast_core::{
-    EndReason, Epoch, ErrorCode, FencingToken, LockName, Mode, RequestId, Revision, SessionId,
-    ShardKey,
-};
+use holdfast_core::{EndReason, Epoch, ErrorCode, FencingToken, LockName, Mode, RequestId, Revision, SessionId, ShardKey};
 use serde::{Deserialize, Serialize};
 
 /// The result of one apply.
@@ -20,25 +17,53 @@ pub struct Applied {
 pub enum Outcome {
     /// Nothing to report beyond success (close, clear checkpoint, lift delay, ...).
     Done,
-    ConfigApplied { version: u64 },
+    ConfigApplied {
+        version: u64,
+    },
     /// A config of this version or newer is already applied.
-    ConfigUnchanged { current: u64 },
-    Adopted { epoch: Epoch },
-    Sealed { highest: Option<FencingToken>, held_locks: Vec<LockName> },
-    SessionCreated { session: SessionId, ttl_ms: u64 },
-    Checkpointed { sessions: usize },
+    ConfigUnchanged {
+        current: u64,
+    },
+    Adopted {
+        epoch: Epoch,
+    },
+    Sealed {
+        highest: Option<FencingToken>,
+        held_locks: Vec<LockName>,
+    },
+    SessionCreated {
+        session: SessionId,
+        ttl_ms: u64,
+    },
+    Checkpointed {
+        sessions: usize,
+    },
     /// The hold is granted (or, for a retry, still held) with this token.
-    Granted { token: FencingToken },
+    Granted {
+        token: FencingToken,
+    },
     /// Queued; `position` is 0-based among the waiters.
-    Queued { position: u32 },
+    Queued {
+        position: u32,
+    },
     /// A retried acquire whose hold has since ended.
-    HoldEnded { token: FencingToken, reason: EndReason },
-    Released { token: FencingToken },
+    HoldEnded {
+        token: FencingToken,
+        reason: EndReason,
+    },
+    Released {
+        token: FencingToken,
+    },
     /// CancelWait found the request already granted: the waiter gets its token.
-    AlreadyGranted { token: FencingToken },
+    AlreadyGranted {
+        token: FencingToken,
+    },
     /// CancelWait removed the waiter.
     WaitCancelled,
-    Broken { floor: FencingToken, ended: Vec<FencingToken> },
+    Broken {
+        floor: FencingToken,
+        ended: Vec<FencingToken>,
+    },
 }
 
 /// Why a command was refused. A refused command changes no state.

@@ -3,11 +3,8 @@
 
 use crate::outcome::{CellError, Event};
 use crate::state::{BreakRecord, CellState, Lock, Shard};
+use holdfast_core::{Epoch, FencingToken, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, Revision, Seq, SessionId, ShardKey};
 use std::collections::BTreeMap;
-use holdfast_core::{
-    Epoch, FencingToken, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, Revision, Seq,
-    SessionId, ShardKey,
-};
 
 /// What [`CellState::namespace_stats`] reports for one namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -97,13 +94,7 @@ impl CellState {
     }
 
     pub fn shards(&self) -> impl Iterator<Item = ShardView> + '_ {
-        self.shards.iter().map(|(key, s)| ShardView {
-            key: key.clone(),
-            epoch: s.epoch,
-            seq: s.seq,
-            sealed: s.sealed.is_some(),
-            keys: s.locks.len(),
-        })
+        self.shards.iter().map(|(key, s)| ShardView { key: key.clone(), epoch: s.epoch, seq: s.seq, sealed: s.sealed.is_some(), keys: s.locks.len() })
     }
 
     pub fn describe(&self, key: &ShardKey, name: &LockName) -> Result<LockView, CellError> {
@@ -174,9 +165,7 @@ impl CellState {
 
     /// Every hold: for the leader's max-hold timers.
     pub fn holds(&self) -> impl Iterator<Item = (&ShardKey, &LockName, FencingToken, SessionId)> + '_ {
-        self.shards.iter().flat_map(|(key, s)| {
-            s.locks.iter().flat_map(move |(name, l)| l.holders.iter().map(move |(t, h)| (key, name, *t, h.session)))
-        })
+        self.shards.iter().flat_map(|(key, s)| s.locks.iter().flat_map(move |(name, l)| l.holders.iter().map(move |(t, h)| (key, name, *t, h.session))))
     }
 
     /// Per-namespace gauges for metrics: locks held or queued for, the earliest grant
@@ -201,16 +190,12 @@ impl CellState {
 
     /// Every lock in lock-delay: for the leader's lock-delay timers.
     pub fn delayed_locks(&self) -> impl Iterator<Item = (&ShardKey, &LockName)> + '_ {
-        self.shards
-            .iter()
-            .flat_map(|(key, s)| s.locks.iter().filter(|(_, l)| l.delayed).map(move |(name, _)| (key, name)))
+        self.shards.iter().flat_map(|(key, s)| s.locks.iter().filter(|(_, l)| l.delayed).map(move |(name, _)| (key, name)))
     }
 
     /// Every queued request: for the leader's wait timers.
     pub fn waiters(&self) -> impl Iterator<Item = (&ShardKey, &LockName, SessionId, &RequestId)> + '_ {
-        self.shards.iter().flat_map(|(key, s)| {
-            s.locks.iter().flat_map(move |(name, l)| l.waiters.iter().map(move |w| (key, name, w.session, &w.request_id)))
-        })
+        self.shards.iter().flat_map(|(key, s)| s.locks.iter().flat_map(move |(name, l)| l.waiters.iter().map(move |w| (key, name, w.session, &w.request_id))))
     }
 
     /// Events with a revision greater than `after`, in order, optionally only those
@@ -224,12 +209,7 @@ impl CellState {
             return Err(Compacted { requested: after, oldest: Revision(self.revision.0 + 1) });
         }
         let start = self.history.partition_point(|e| e.revision <= after);
-        Ok(self
-            .history
-            .range(start..)
-            .filter(|e| filter.is_none_or(|(k, n)| &e.shard == k && &e.name == n))
-            .cloned()
-            .collect())
+        Ok(self.history.range(start..).filter(|e| filter.is_none_or(|(k, n)| &e.shard == k && &e.name == n)).cloned().collect())
     }
 }
 

@@ -15,10 +15,7 @@ impl CellState {
         let (lo, hi, max_sessions) = (config.ttl_min_ms, config.ttl_max_ms, config.quotas.max_sessions);
         self.serving_shard(key, None)?;
         if !(lo..=hi).contains(&ttl_ms) {
-            return Err(CellError::InvalidArgument(format!(
-                "ttl {ttl_ms} ms is outside namespace {}'s bounds [{lo}, {hi}] ms",
-                key.ns
-            )));
+            return Err(CellError::InvalidArgument(format!("ttl {ttl_ms} ms is outside namespace {}'s bounds [{lo}, {hi}] ms", key.ns)));
         }
         if label.len() > MAX_LABEL_BYTES {
             return Err(CellError::InvalidArgument(format!("session label is {} bytes; at most {MAX_LABEL_BYTES}", label.len())));

@@ -9,10 +9,7 @@
 
 use crate::command::{Command, Entry};
 use crate::outcome::{Applied, CellError, DequeueReason, Event, EventKind};
-use holdfast_core::{
-    EndReason, Epoch, FencingToken, LockName, Mode, NamespaceConfig, NamespaceName, RequestId,
-    Revision, Seq, SessionId, ShardKey,
-};
+use holdfast_core::{EndReason, Epoch, FencingToken, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, Revision, Seq, SessionId, ShardKey};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -151,44 +148,21 @@ impl CellState {
         let mut ctx = Ctx { at_ms: entry.at_unix_ms, events: Vec::new() };
         let result = match &entry.cmd {
             Command::ApplyConfig { config } => self.apply_config(config),
-            Command::AdoptShard { shard, epoch, delayed_locks } => {
-                self.adopt_shard(&mut ctx, shard, *epoch, delayed_locks)
-            }
+            Command::AdoptShard { shard, epoch, delayed_locks } => self.adopt_shard(&mut ctx, shard, *epoch, delayed_locks),
             Command::SealShard { shard, epoch } => self.seal_shard(&mut ctx, shard, *epoch),
-            Command::CreateSession { shard, session, ttl_ms, label } => {
-                self.create_session(&ctx, shard, *session, *ttl_ms, label)
-            }
-            Command::CloseSession { session } => {
-                self.end_session(&mut ctx, *session, EndReason::Released)
-            }
-            Command::ExpireSession { session } => {
-                self.end_session(&mut ctx, *session, EndReason::Expired)
-            }
+            Command::CreateSession { shard, session, ttl_ms, label } => self.create_session(&ctx, shard, *session, *ttl_ms, label),
+            Command::CloseSession { session } => self.end_session(&mut ctx, *session, EndReason::Released),
+            Command::ExpireSession { session } => self.end_session(&mut ctx, *session, EndReason::Expired),
             Command::Checkpoint { sessions } => self.checkpoint(sessions),
             Command::ClearCheckpoint { session } => self.clear_checkpoint(*session),
-            Command::Acquire { shard, epoch, name, session, mode, request_id, value, wait } => self
-                .acquire(
-                    &mut ctx,
-                    crate::locks::AcquireArgs {
-                        shard,
-                        epoch: *epoch,
-                        name,
-                        session: *session,
-                        mode: *mode,
-                        request_id,
-                        value,
-                        wait: *wait,
-                    },
-                ),
-            Command::Release { shard, name, token } => self.release(&mut ctx, shard, name, *token),
-            Command::CancelWait { session, request_id } => {
-                self.cancel_wait(&mut ctx, *session, request_id)
+            Command::Acquire { shard, epoch, name, session, mode, request_id, value, wait } => {
+                self.acquire(&mut ctx, crate::locks::AcquireArgs { shard, epoch: *epoch, name, session: *session, mode: *mode, request_id, value, wait: *wait })
             }
+            Command::Release { shard, name, token } => self.release(&mut ctx, shard, name, *token),
+            Command::CancelWait { session, request_id } => self.cancel_wait(&mut ctx, *session, request_id),
             Command::EndHold { shard, name, token } => self.end_hold_cmd(&mut ctx, shard, name, *token),
             Command::LiftLockDelay { shard, name } => self.lift_lock_delay(&mut ctx, shard, name),
-            Command::BreakLock { shard, name, by, reason } => {
-                self.break_lock(&mut ctx, shard, name, by, reason)
-            }
+            Command::BreakLock { shard, name, by, reason } => self.break_lock(&mut ctx, shard, name, by, reason),
         };
         debug_assert!(result.is_ok() || ctx.events.is_empty(), "a refused command emitted events");
         for ev in &ctx.events {
@@ -203,16 +177,7 @@ impl CellState {
     // ---- small shared helpers used by the command modules
 
     /// Records an event with the next revision.
-    pub(crate) fn emit(
-        &mut self,
-        ctx: &mut Ctx,
-        shard: &ShardKey,
-        name: &LockName,
-        session: SessionId,
-        request_id: &RequestId,
-        kind: EventKind,
-        value: &[u8],
-    ) {
+    pub(crate) fn emit(&mut self, ctx: &mut Ctx, shard: &ShardKey, name: &LockName, session: SessionId, request_id: &RequestId, kind: EventKind, value: &[u8]) {
         self.revision = Revision(self.revision.0 + 1);
         ctx.events.push(Event {
             revision: self.revision,
@@ -236,10 +201,7 @@ impl CellState {
 
     /// The shard, checked to be served here at the expected epoch.
     pub(crate) fn serving_shard(&self, key: &ShardKey, expected: Option<Epoch>) -> Result<&Shard, CellError> {
-        let shard = self
-            .shards
-            .get(key)
-            .ok_or_else(|| CellError::NotOwner { shard: key.to_string(), sealed: false })?;
+        let shard = self.shards.get(key).ok_or_else(|| CellError::NotOwner { shard: key.to_string(), sealed: false })?;
         if shard.sealed.is_some() {
             return Err(CellError::NotOwner { shard: key.to_string(), sealed: true });
         }
@@ -289,10 +251,7 @@ impl CellState {
         token: FencingToken,
         reason: EndReason,
     ) {
-        requests.insert(
-            (session, request_id.clone()),
-            RequestRecord::Ended { shard: key.clone(), name: name.clone(), token, reason },
-        );
+        requests.insert((session, request_id.clone()), RequestRecord::Ended { shard: key.clone(), name: name.clone(), token, reason });
         sess.ended_requests.push_back(request_id.clone());
         while sess.ended_requests.len() > ENDED_REQUESTS_PER_SESSION {
             if let Some(old) = sess.ended_requests.pop_front() {
@@ -327,12 +286,7 @@ impl CellState {
             if !compatible(lock, front.mode) || next_token(shard).is_none() {
                 break;
             }
-            let waiter = self
-                .shards
-                .get_mut(key)
-                .and_then(|s| s.locks.get_mut(name))
-                .and_then(|l| l.waiters.pop_front())
-                .expect("front exists");
+            let waiter = self.shards.get_mut(key).and_then(|s| s.locks.get_mut(name)).and_then(|l| l.waiters.pop_front()).expect("front exists");
             if let Some(sess) = self.sessions.get_mut(&waiter.session) {
                 sess.waits.remove(&(key.clone(), name.clone(), waiter.request_id.clone()));
             }
@@ -343,7 +297,16 @@ impl CellState {
 
     /// Gives the lock to a live session with the shard's next token.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn grant(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, session: SessionId, mode: Mode, request_id: &RequestId, value: Vec<u8>) -> FencingToken {
+    pub(crate) fn grant(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ShardKey,
+        name: &LockName,
+        session: SessionId,
+        mode: Mode,
+        request_id: &RequestId,
+        value: Vec<u8>,
+    ) -> FencingToken {
         let planted = self.planted_token_reuse;
         let shard = self.shards.get_mut(key).expect("caller checked the shard");
         let token = next_token(shard).expect("caller checked the seq");
@@ -351,16 +314,10 @@ impl CellState {
             shard.seq = token.seq();
         }
         let lock = shard.locks.entry(name.clone()).or_default();
-        lock.holders.insert(
-            token,
-            Hold { session, mode, request_id: request_id.clone(), value: value.clone(), granted_at_ms: ctx.at_ms },
-        );
+        lock.holders.insert(token, Hold { session, mode, request_id: request_id.clone(), value: value.clone(), granted_at_ms: ctx.at_ms });
         let sess = self.sessions.get_mut(&session).expect("grants go to live sessions only");
         sess.holds.insert((key.clone(), name.clone(), token));
-        self.requests.insert(
-            (session, request_id.clone()),
-            RequestRecord::Holding { shard: key.clone(), name: name.clone(), token },
-        );
+        self.requests.insert((session, request_id.clone()), RequestRecord::Holding { shard: key.clone(), name: name.clone(), token });
         self.emit(ctx, key, name, session, request_id, EventKind::Acquired { mode, token }, &value);
         token
     }

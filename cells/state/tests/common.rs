@@ -2,10 +2,7 @@
 #![allow(dead_code)]
 
 use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, Outcome};
-use holdfast_core::{
-    Epoch, FencingToken, Intent, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, SessionId,
-    ShardKey, ShardName,
-};
+use holdfast_core::{Epoch, FencingToken, Intent, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, SessionId, ShardKey, ShardName};
 
 pub fn ns() -> NamespaceName {
     NamespaceName::new("pay").unwrap()

@@ -18,14 +18,36 @@ enum Op {
     Create(u64),
     Close(u64),
     Expire(u64),
-    Acquire { s: u64, lock: usize, shared: bool, r: u8, wait: bool },
+    Acquire {
+        s: u64,
+        lock: usize,
+        shared: bool,
+        r: u8,
+        wait: bool,
+    },
     /// Release a token picked from those issued so far (or one never issued).
-    Release { lock: usize, pick: usize },
-    Cancel { s: u64, r: u8 },
-    EndHold { lock: usize, pick: usize },
-    Lift { lock: usize },
-    Break { lock: usize },
-    Checkpoint { s: u64, rem: u64 },
+    Release {
+        lock: usize,
+        pick: usize,
+    },
+    Cancel {
+        s: u64,
+        r: u8,
+    },
+    EndHold {
+        lock: usize,
+        pick: usize,
+    },
+    Lift {
+        lock: usize,
+    },
+    Break {
+        lock: usize,
+    },
+    Checkpoint {
+        s: u64,
+        rem: u64,
+    },
     Clear(u64),
     /// Seal and re-adopt at the next epoch (a transfer back to this cell).
     Bump,

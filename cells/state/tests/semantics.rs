@@ -26,13 +26,7 @@ fn release_grants_next_waiter_in_the_same_apply() {
     assert_eq!(applied.result, Ok(Outcome::Released { token: ta }));
     let kinds: Vec<_> = applied.events.iter().map(|e| (e.session, e.kind.clone())).collect();
     let tb = FencingToken(ta.0 + 1);
-    assert_eq!(
-        kinds,
-        vec![
-            (a, EventKind::Ended { token: ta, reason: EndReason::Released }),
-            (b, EventKind::Acquired { mode: Mode::Exclusive, token: tb }),
-        ]
-    );
+    assert_eq!(kinds, vec![(a, EventKind::Ended { token: ta, reason: EndReason::Released }), (b, EventKind::Acquired { mode: Mode::Exclusive, token: tb }),]);
     // The waiter's retry now reports the grant.
     assert_eq!(c.acquire(b, "a", Mode::Exclusive, "r1", true), Outcome::Granted { token: tb });
 }
@@ -106,7 +100,14 @@ fn shared_holders_then_exclusive_gets_larger_token() {
     c.release("l", t1);
     assert_eq!(c.state.describe(&key(), &name("l")).unwrap().holders.len(), 1, "exclusive waits for every shared holder");
     let applied = c.release("l", t2);
-    let granted: Vec<_> = applied.events.iter().filter_map(|e| match e.kind { EventKind::Acquired { token, .. } => Some(token), _ => None }).collect();
+    let granted: Vec<_> = applied
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Acquired { token, .. } => Some(token),
+            _ => None,
+        })
+        .collect();
     assert_eq!(granted.len(), 1);
     assert!(granted[0] > t1 && granted[0] > t2);
 }

@@ -71,11 +71,7 @@ pub async fn form_group(sup: &Supervisor, what: &str, nodes: &[&NodeSpec]) -> Re
     if !formed {
         let members = nodes.iter().map(|n| rpb::Member { node_id: n.node_id, raft_addr: n.raft.clone(), client_addr: n.client.clone() }).collect();
         info!(group = what, "initializing");
-        admin(&nodes[0].raft)
-            .await?
-            .initialize(rpb::InitializeRequest { members })
-            .await
-            .map_err(|s| format!("initialize {what}: {}", s.message()))?;
+        admin(&nodes[0].raft).await?.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize {what}: {}", s.message()))?;
     }
     until(sup, &nodes[0].name, &format!("{what} to elect a leader"), || async {
         for n in nodes {
@@ -151,12 +147,7 @@ pub async fn records(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
         let req = gpb::RegisterCellRequest {
             cell: r.cell.name.clone(),
             region: r.name.clone(),
-            members: r
-                .cell
-                .nodes
-                .iter()
-                .map(|n| gpb::CellMember { node_id: n.node_id, client_addr: n.client.clone(), raft_addr: n.raft.clone() })
-                .collect(),
+            members: r.cell.nodes.iter().map(|n| gpb::CellMember { node_id: n.node_id, client_addr: n.client.clone(), raft_addr: n.raft.clone() }).collect(),
         };
         ensure(sup, layout, &format!("cell {} in {}", r.cell.name, r.name), |mut c| {
             let req = req.clone();

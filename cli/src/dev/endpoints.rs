@@ -6,8 +6,8 @@
 
 use super::layout::{self, Layout, NodeSpec};
 use super::supervisor::Supervisor;
-use serde::{Deserialize, Serialize};
 use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const VERSION: u32 = 1;
@@ -127,7 +127,9 @@ impl Endpoints {
             regions: n
                 .regions
                 .iter()
-                .map(|r| (r.region.clone(), RegionNetns { netns: r.netns.clone(), host_veth: r.host_veth.clone(), veth: r.peer_veth.clone(), ip: r.ip.clone() }))
+                .map(|r| {
+                    (r.region.clone(), RegionNetns { netns: r.netns.clone(), host_veth: r.host_veth.clone(), veth: r.peer_veth.clone(), ip: r.ip.clone() })
+                })
                 .collect(),
         });
         Endpoints {

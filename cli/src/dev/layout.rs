@@ -265,7 +265,10 @@ mod tests {
         let n = l.netns.as_ref().unwrap();
         assert_eq!((n.bridge.as_str(), n.bridge_ip.as_str()), ("hf7000br", "10.27.88.254"));
         let west = n.region("west").unwrap();
-        assert_eq!((west.netns.as_str(), west.host_veth.as_str(), west.peer_veth.as_str(), west.ip.as_str()), ("hf7000-west", "hf7000r1", "hf7000r1i", "10.27.88.2"));
+        assert_eq!(
+            (west.netns.as_str(), west.host_veth.as_str(), west.peer_veth.as_str(), west.ip.as_str()),
+            ("hf7000-west", "hf7000r1", "hf7000r1i", "10.27.88.2")
+        );
         assert_eq!(l.regions[1].gateway.grpc, "10.27.88.2:7020");
         assert_eq!(l.regions[2].cell.nodes[0].raft, "10.27.88.3:7047");
         assert_eq!(l.registry_endpoints(Some("west")), "10.27.88.2:7022,10.27.88.1:7002,10.27.88.3:7042");

@@ -212,7 +212,15 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings, pl
     for r in &layout.regions {
         let g = &r.gateway;
         let args = strings(&[
-            "gateway", "run", "--region", &r.name, "--registry", &layout.registry_endpoints(Some(&r.name)), "--grpc-addr", &g.grpc, "--http-addr",
+            "gateway",
+            "run",
+            "--region",
+            &r.name,
+            "--registry",
+            &layout.registry_endpoints(Some(&r.name)),
+            "--grpc-addr",
+            &g.grpc,
+            "--http-addr",
             &g.http,
         ]);
         sup.spawn(&g.name, Tier::Gateway, args, netns_of(layout, &r.name))?;
@@ -304,8 +312,10 @@ async fn wait_up(sup: &Supervisor, layout: &Layout, name: &str) -> Result<(), St
             .await;
         }
         if let Some(n) = std::iter::once(&r.registry).chain(&r.cell.nodes).find(|n| n.name == name) {
-            return bootstrap::until(sup, name, &format!("{name} to answer RaftAdmin on {}", n.raft), || async { bootstrap::metrics(&n.raft).await.map(|_| ()) })
-                .await;
+            return bootstrap::until(sup, name, &format!("{name} to answer RaftAdmin on {}", n.raft), || async {
+                bootstrap::metrics(&n.raft).await.map(|_| ())
+            })
+            .await;
         }
     }
     Err(format!("no process {name} in the layout"))

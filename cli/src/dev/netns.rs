@@ -48,11 +48,7 @@ pub async fn setup(n: &NetnsLayout) -> Result<(), String> {
         if let Ok(pids) = ip(&["netns", "pids", &r.netns]).await {
             let pids: Vec<&str> = pids.split_whitespace().collect();
             if !pids.is_empty() {
-                return Err(format!(
-                    "network namespace {} is in use (pids {}): is another playground with this base port running?",
-                    r.netns,
-                    pids.join(" ")
-                ));
+                return Err(format!("network namespace {} is in use (pids {}): is another playground with this base port running?", r.netns, pids.join(" ")));
             }
         }
     }

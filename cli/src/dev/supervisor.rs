@@ -163,8 +163,7 @@ impl Supervisor {
     pub async fn stop_all(&mut self, per_tier: Duration) -> Vec<String> {
         let mut left = Vec::new();
         for tier in [Tier::Gateway, Tier::Cell, Tier::Registry] {
-            let names: Vec<(String, u32)> =
-                self.procs.iter().filter(|p| p.tier == tier && self.running(&p.name)).map(|p| (p.name.clone(), p.pid)).collect();
+            let names: Vec<(String, u32)> = self.procs.iter().filter(|p| p.tier == tier && self.running(&p.name)).map(|p| (p.name.clone(), p.pid)).collect();
             for (name, pid) in &names {
                 debug!(name, pid, "stopping (SIGTERM)");
                 // A drill may have left it SIGSTOPped: a stopped process never sees TERM.

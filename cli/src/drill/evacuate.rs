@@ -423,7 +423,8 @@ pub async fn drive(ctx: &Ctx, mut ev: Evacuation, mut queue: VecDeque<Action>) -
             ctx.save(&ev)?;
             continue;
         }
-        let in_flight: Vec<_> = ev.progress().shards.iter().filter(|s| matches!(s.state, ShardState::Moving { .. })).map(|s| (s.ns.clone(), s.shard.clone())).collect();
+        let in_flight: Vec<_> =
+            ev.progress().shards.iter().filter(|s| matches!(s.state, ShardState::Moving { .. })).map(|s| (s.ns.clone(), s.shard.clone())).collect();
         for (ns, shard) in in_flight {
             if let Some(v) = get_owner(&ctx.reg, &ns, &shard).await {
                 queue.extend(ev.step(Input::Owner(v)));

@@ -223,5 +223,6 @@ pub async fn restart(data_dir: &Path, within: Duration) -> Result<usize, String>
 
 pub fn alive(pid: u32) -> bool {
     // /proc/<pid>/stat's state: a zombie (Z) or dead (X) process is not alive.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))))
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))))
 }

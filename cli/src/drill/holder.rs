@@ -57,7 +57,17 @@ pub struct Holder {
 
 impl Holder {
     /// Starts the process and waits (up to `wait`) for its grant, recording it.
-    pub async fn start(rec: Arc<Recorder>, owners: &Owners, gateway: &str, ledger: &str, ns: &str, shard: &str, lock: &str, ttl_ms: u64, wait: Duration) -> Result<Holder, String> {
+    pub async fn start(
+        rec: Arc<Recorder>,
+        owners: &Owners,
+        gateway: &str,
+        ledger: &str,
+        ns: &str,
+        shard: &str,
+        lock: &str,
+        ttl_ms: u64,
+        wait: Duration,
+    ) -> Result<Holder, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let key = LockKey { ns: NamespaceName::new(ns).map_err(|e| e.to_string())?, name: LockName::new(lock).map_err(|e| e.to_string())? };
         let mut child = Command::new(exe)
@@ -90,7 +100,14 @@ impl Holder {
         let token = FencingToken(token);
         let (c, r) = owners.at(ns, shard, token.epoch().0);
         let session = SessionRef { cell: cell(&c), id: SessionId(id) };
-        rec.record(EventKind::GrantOk { op, lock: key.clone(), session: session.clone(), token, region: RegionId::new(r).unwrap_or_else(|_| RegionId::new("unknown").expect("valid")), cell: cell(&c) });
+        rec.record(EventKind::GrantOk {
+            op,
+            lock: key.clone(),
+            session: session.clone(),
+            token,
+            region: RegionId::new(r).unwrap_or_else(|_| RegionId::new("unknown").expect("valid")),
+            cell: cell(&c),
+        });
         Ok(Holder { child, pid, stdin, stdout, key, session, token, rec })
     }
 

@@ -67,7 +67,13 @@ fn cell_id(s: &str) -> Option<CellId> {
 fn record_owner(rec: &Recorder, owners: &Owners, ns: &str, shard: &str, region: &str, cell: &str, epoch: u32, to_cell: &str) {
     owners.update(ns, shard, cell, region, epoch);
     let (Ok(ns), Ok(shard)) = (NamespaceName::new(ns), ShardName::new(shard)) else { return };
-    rec.record(EventKind::OwnerObserved { ns, shard, cell: cell_id(cell), epoch: Epoch(epoch), moving_to: if to_cell.is_empty() { None } else { cell_id(to_cell) } });
+    rec.record(EventKind::OwnerObserved {
+        ns,
+        shard,
+        cell: cell_id(cell),
+        epoch: Epoch(epoch),
+        moving_to: if to_cell.is_empty() { None } else { cell_id(to_cell) },
+    });
 }
 
 /// Lists every shard's owner, then follows the registry's watch until `stop`

@@ -54,7 +54,10 @@ impl Playground {
     }
 
     pub fn region(&self, name: &str) -> Result<&Region, String> {
-        self.regions.iter().find(|r| r.name == name).ok_or_else(|| format!("no region {name:?} in this playground (regions: {})", self.region_names().join(", ")))
+        self.regions
+            .iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| format!("no region {name:?} in this playground (regions: {})", self.region_names().join(", ")))
     }
 
     pub fn region_names(&self) -> Vec<String> {

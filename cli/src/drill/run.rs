@@ -238,13 +238,16 @@ async fn evacuate_scenario(ctx: &Ctx, pg: &Playground, region: &str) -> Result<(
         return Err(format!("the evacuation of {region} did not succeed"));
     }
     // Live workloads re-acquired elsewhere: a grant at a larger epoch on the new owner.
-    let moved: Vec<(String, String, u32)> = plan.moves().filter(|m| m.ns.as_str() == NS).map(|m| (m.shard.to_string(), m.to_cell.to_string(), m.epoch.0)).collect();
+    let moved: Vec<(String, String, u32)> =
+        plan.moves().filter(|m| m.ns.as_str() == NS).map(|m| (m.shard.to_string(), m.to_cell.to_string(), m.epoch.0)).collect();
     let rec = ctx.rec.clone();
     let reacquired = || {
         let h = rec.history();
         moved.iter().all(|(shard, cell, epoch)| {
-            h.events.iter().any(|e| matches!(&e.kind, EventKind::GrantOk { lock, cell: c, token, .. }
-                if lock.ns.as_str() == NS && owners_shard(lock.name.as_str(), shard) && c.as_str() == cell && token.epoch().0 > *epoch))
+            h.events.iter().any(|e| {
+                matches!(&e.kind, EventKind::GrantOk { lock, cell: c, token, .. }
+                if lock.ns.as_str() == NS && owners_shard(lock.name.as_str(), shard) && c.as_str() == cell && token.epoch().0 > *epoch)
+            })
         })
     };
     wait_for(Duration::from_secs(30), "the workload to take locks on every moved shard's new owner", reacquired).await?;
@@ -334,7 +337,15 @@ async fn failover(ctx: &Ctx, shards: &[String], to: &str, planned: bool) -> Resu
 /// A holder process SIGSTOPped past its TTL, then resumed to write with its old token;
 /// a cell leader SIGSTOPped past its election timeout; `region` SIGKILLed whole and
 /// restarted (SIGHUP to `holdfast dev`). The workload runs throughout.
-async fn process_faults_scenario(ctx: &Ctx, pg: &Playground, region: &str, owners: &Owners, resource: Arc<Resource>, ttl_ms: u64, outage: Duration) -> Result<(), String> {
+async fn process_faults_scenario(
+    ctx: &Ctx,
+    pg: &Playground,
+    region: &str,
+    owners: &Owners,
+    resource: Arc<Resource>,
+    ttl_ms: u64,
+    outage: Duration,
+) -> Result<(), String> {
     let rec = &ctx.rec;
     let ledger = holder::serve(resource).await?;
     let gw = pg.regions[0].gateway.grpc.clone();
@@ -361,7 +372,14 @@ async fn process_faults_scenario(ctx: &Ctx, pg: &Playground, region: &str, owner
         return Err("holder B's write was not accepted".into());
     }
     let late = a.write("a:3").await;
-    println!("A resumed and wrote with its old token: {}", match late { Some(true) => "ACCEPTED", Some(false) => "rejected by the fence", None => "no answer" });
+    println!(
+        "A resumed and wrote with its old token: {}",
+        match late {
+            Some(true) => "ACCEPTED",
+            Some(false) => "rejected by the fence",
+            None => "no answer",
+        }
+    );
     a.kill().await;
     b.kill().await;
 

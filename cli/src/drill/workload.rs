@@ -159,7 +159,10 @@ impl Worker {
                     continue;
                 }
             };
-            let sref = SessionRef { cell: CellId::new(self.owners.cell_now(&self.ns, &self.shard)).unwrap_or_else(|_| CellId::new("unknown").expect("a valid name")), id: session.id() };
+            let sref = SessionRef {
+                cell: CellId::new(self.owners.cell_now(&self.ns, &self.shard)).unwrap_or_else(|_| CellId::new("unknown").expect("a valid name")),
+                id: session.id(),
+            };
             while !self.stop.is_cancelled() && !session.is_lost() {
                 session.progress();
                 let Some(lock) = self.acquire(&session, &key, &sref).await else {

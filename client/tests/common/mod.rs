@@ -23,10 +23,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Cell tests run one at a time: parallel clusters on 2 cores starve heartbeats.
 pub fn serial() -> MutexGuard<'static, ()> {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,holdfast_client=debug,sdk=info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,holdfast_client=debug,sdk=info".into()))
         .with_test_writer()
         .try_init();
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -127,16 +124,10 @@ impl TestCell {
     pub async fn describe(&self, name: &str) -> Option<(Vec<(u64, u64)>, Vec<String>)> {
         for id in self.nodes.keys() {
             let Ok(mut c) = LockServiceClient::connect(format!("http://{}", self.addrs[id])).await else { continue };
-            let req = pb::DescribeRequest {
-                shard: Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 0 }),
-                name: name.into(),
-            };
+            let req = pb::DescribeRequest { shard: Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 0 }), name: name.into() };
             if let Ok(Ok(d)) = tokio::time::timeout(Duration::from_secs(1), c.describe(req)).await {
                 let d = d.into_inner();
-                return Some((
-                    d.holders.iter().map(|h| (h.session_id, h.token)).collect(),
-                    d.waiters.iter().map(|w| w.request_id.clone()).collect(),
-                ));
+                return Some((d.holders.iter().map(|h| (h.session_id, h.token)).collect(), d.waiters.iter().map(|w| w.request_id.clone()).collect()));
             }
         }
         None
@@ -164,8 +155,5 @@ impl TestCell {
 /// cell servers install the recorder; the SDK records through the same facade).
 pub fn counter(name: &str) -> f64 {
     let text = holdfast_telemetry::install().render();
-    text.lines()
-        .filter(|l| l.starts_with(name) && l.contains("ns=\"pay\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    text.lines().filter(|l| l.starts_with(name) && l.contains("ns=\"pay\"")).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }

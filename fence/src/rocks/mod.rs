@@ -78,11 +78,7 @@ pub struct RocksFence {
 impl RocksFence {
     /// Opens (creating if missing) the store at `path` for the resource named
     /// `resource`, the label of its rejection counter.
-    pub fn open(
-        path: impl AsRef<Path>,
-        resource: impl Into<String>,
-        options: &RocksFenceOptions,
-    ) -> Result<RocksFence, FenceError> {
+    pub fn open(path: impl AsRef<Path>, resource: impl Into<String>, options: &RocksFenceOptions) -> Result<RocksFence, FenceError> {
         options.validate()?;
         let resource = resource.into();
         if resource.is_empty() {

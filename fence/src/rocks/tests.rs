@@ -37,10 +37,7 @@ fn fence_survives_reopen() {
     let store = open(&dir, "ledger");
     assert_eq!(store.highest(&settle).unwrap(), Some(FencingToken(34)));
     assert!(store.write(&settle, FencingToken(33), b"batch-7", b"A: PAID").unwrap_err().is_stale());
-    assert_eq!(
-        store.read(b"batch-7").unwrap(),
-        Some(Stored { value: b"B: PAID".to_vec(), token: FencingToken(34) })
-    );
+    assert_eq!(store.read(b"batch-7").unwrap(), Some(Stored { value: b"B: PAID".to_vec(), token: FencingToken(34) }));
     store.write(&settle, FencingToken(34), b"batch-7", b"B: PAID again").unwrap();
 }
 
@@ -75,10 +72,7 @@ fn record_from_a_newer_release_is_refused_not_misread() {
     store.db.put(fence_key(&l), [2, 0, 0, 0, 0, 0, 0, 0, 1]).unwrap();
 
     assert!(matches!(store.highest(&l), Err(FenceError::UnknownVersion { what: "fence", version: 2 })));
-    assert!(matches!(
-        store.write(&l, FencingToken(u64::MAX), b"k", b"v"),
-        Err(FenceError::UnknownVersion { .. })
-    ));
+    assert!(matches!(store.write(&l, FencingToken(u64::MAX), b"k", b"v"), Err(FenceError::UnknownVersion { .. })));
     assert_eq!(store.read(b"k").unwrap(), None, "nothing written past an unreadable fence");
 }
 
@@ -86,16 +80,10 @@ fn record_from_a_newer_release_is_refused_not_misread() {
 fn bad_options_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let tiny = RocksFenceOptions { write_buffer_bytes: 1024, ..RocksFenceOptions::default() };
-    assert!(matches!(
-        RocksFence::open(dir.path(), "ledger", &tiny),
-        Err(FenceError::InvalidConfig { field: "write_buffer_bytes", .. })
-    ));
+    assert!(matches!(RocksFence::open(dir.path(), "ledger", &tiny), Err(FenceError::InvalidConfig { field: "write_buffer_bytes", .. })));
     let no_jobs = RocksFenceOptions { max_background_jobs: 0, ..RocksFenceOptions::default() };
     assert!(no_jobs.validate().is_err());
-    assert!(matches!(
-        RocksFence::open(dir.path(), "", &RocksFenceOptions::default()),
-        Err(FenceError::InvalidConfig { field: "resource", .. })
-    ));
+    assert!(matches!(RocksFence::open(dir.path(), "", &RocksFenceOptions::default()), Err(FenceError::InvalidConfig { field: "resource", .. })));
 }
 
 #[test]
@@ -103,10 +91,7 @@ fn second_open_of_the_same_store_fails() {
     // The in-process mutexes are enough only because no other process can write.
     let dir = tempfile::tempdir().unwrap();
     let _first = open(&dir, "ledger");
-    assert!(matches!(
-        RocksFence::open(dir.path(), "ledger", &RocksFenceOptions::default()),
-        Err(FenceError::Storage { op: "open", .. })
-    ));
+    assert!(matches!(RocksFence::open(dir.path(), "ledger", &RocksFenceOptions::default()), Err(FenceError::Storage { op: "open", .. })));
 }
 
 /// What one write call returned.
@@ -174,9 +159,7 @@ fn concurrent_holders_land_in_token_order() {
                     let mut record = |presented: FencingToken, value: String| {
                         outcomes.push(match store.write(&settle, presented, b"ledger", value.as_bytes()) {
                             Ok(a) => Outcome::Accepted(a.token),
-                            Err(FenceError::Stale { presented, highest, .. }) => {
-                                Outcome::Rejected { presented, highest }
-                            }
+                            Err(FenceError::Stale { presented, highest, .. }) => Outcome::Rejected { presented, highest },
                             Err(other) => panic!("unexpected error: {other}"),
                         });
                     };
@@ -240,9 +223,5 @@ fn concurrent_holders_land_in_token_order() {
     assert_eq!(store.read(b"ledger").unwrap().unwrap().token, max);
     let racing = rejected.len() - (HOLDERS * ROUNDS) as usize;
     tracing::info!(accepted = accepted.len(), rejected = rejected.len(), racing, "history checked");
-    eprintln!(
-        "{} writes accepted, {} rejected ({racing} of them by racing holders, not planted zombies)",
-        accepted.len(),
-        rejected.len()
-    );
+    eprintln!("{} writes accepted, {} rejected ({racing} of them by racing holders, not planted zombies)", accepted.len(), rejected.len());
 }

@@ -4,8 +4,6 @@
 
 #![allow(dead_code)]
 
-
-
 use holdfast_cell::{CellConfig, CellServer};
 use holdfast_gateway::{GatewayConfig, GatewayServer};
 use holdfast_proto::admin::v1 as apb;
@@ -97,9 +95,8 @@ impl World {
             http_addr: "127.0.0.1:0".into(),
             shutdown_deadline_ms: 5_000,
         };
-        let gateway = GatewayServer::start(&gcfg, TcpListener::bind("127.0.0.1:0").await.unwrap(), TcpListener::bind("127.0.0.1:0").await.unwrap())
-            .await
-            .unwrap();
+        let gateway =
+            GatewayServer::start(&gcfg, TcpListener::bind("127.0.0.1:0").await.unwrap(), TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
         let w = World { registry, cells, gateway, gateway_link, root };
 
         let mut r = w.registry_client().await;
@@ -188,8 +185,9 @@ where
     loop {
         match f().await {
             Ok(v) => return v,
-            Err(e) if ["UNAVAILABLE", "MOVING", "NOT_OWNER", "NOT_LEADER", "UNKNOWN_NAMESPACE", "UNKNOWN_SHARD"].contains(&code(&e).as_str())
-                && Instant::now() < deadline => {}
+            Err(e)
+                if ["UNAVAILABLE", "MOVING", "NOT_OWNER", "NOT_LEADER", "UNKNOWN_NAMESPACE", "UNKNOWN_SHARD"].contains(&code(&e).as_str())
+                    && Instant::now() < deadline => {}
             Err(e) => panic!("{what}: {e:?}"),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

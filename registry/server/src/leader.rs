@@ -36,7 +36,12 @@ pub async fn run(reg: Arc<Registry>, timings: LeaseTimings, mut shutdown: watch:
         // any lease a predecessor granted.
         let elected = Instant::now();
         *reg.hooks.leases.lock().expect("leases lock") = Some(OwnershipLeases::on_election(elected, timings.lease, timings.grace));
-        info!(node_id = reg.group.node_id(), term, lease_ms = timings.lease.as_millis() as u64, "registry leader duties started; unplanned moves wait one full lease");
+        info!(
+            node_id = reg.group.node_id(),
+            term,
+            lease_ms = timings.lease.as_millis() as u64,
+            "registry leader duties started; unplanned moves wait one full lease"
+        );
         duties(&reg, term, &mut shutdown).await;
         *reg.hooks.leases.lock().expect("leases lock") = None;
         info!(node_id = reg.group.node_id(), term, "registry leader duties stopped");
@@ -61,9 +66,7 @@ fn ready_moves(reg: &Registry) -> Vec<Ready> {
         m.state()
             .list_shards()
             .filter_map(|(k, r)| match &r.state {
-                ShardState::Moving(mv) if mv.seal.is_some() => {
-                    Some(Ready { shard: k.clone(), epoch: r.epoch, from: r.cell.clone(), sealed: true })
-                }
+                ShardState::Moving(mv) if mv.seal.is_some() => Some(Ready { shard: k.clone(), epoch: r.epoch, from: r.cell.clone(), sealed: true }),
                 ShardState::Moving(mv) if !mv.planned && leases.expired(now, k) => {
                     Some(Ready { shard: k.clone(), epoch: r.epoch, from: r.cell.clone(), sealed: false })
                 }

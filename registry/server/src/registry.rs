@@ -5,8 +5,8 @@
 
 use crate::machine::{Hooks, RegistryMachine};
 use holdfast_core::ErrorCode;
-pub use holdfast_raft::{wall_clock_ms, Leader};
 use holdfast_raft::{status, Group};
+pub use holdfast_raft::{wall_clock_ms, Leader};
 use holdfast_registry_state::{Applied, Command, Entry, Outcome, RegistryError, RegistryState};
 use std::sync::Arc;
 use tonic::Status;
@@ -30,8 +30,7 @@ impl Registry {
     pub async fn propose(&self, leader: Leader, cmd: Command) -> Result<Result<Outcome, RegistryError>, Status> {
         let entry = Entry::new(wall_clock_ms(), cmd);
         let answer = self.group.propose(leader, entry.encode()).await?;
-        let applied = Applied::decode(&answer)
-            .map_err(|e| status(ErrorCode::Unavailable, format!("cannot decode the apply result: {e}"), None))?;
+        let applied = Applied::decode(&answer).map_err(|e| status(ErrorCode::Unavailable, format!("cannot decode the apply result: {e}"), None))?;
         Ok(applied.result)
     }
 

@@ -72,10 +72,7 @@ impl RegistryServer {
         let reg = Arc::new(Registry { group, hooks });
         let router = tonic::transport::Server::builder().add_service(RegistryServiceServer::new(RegistryApi::new(reg.clone())));
         let mut serving = Serving::new(node, client, router, Duration::from_millis(cfg.shutdown_deadline_ms), "registry API");
-        let timings = LeaseTimings {
-            lease: Duration::from_millis(cfg.ownership_lease_ms),
-            grace: Duration::from_millis(cfg.ownership_grace_ms),
-        };
+        let timings = LeaseTimings { lease: Duration::from_millis(cfg.ownership_lease_ms), grace: Duration::from_millis(cfg.ownership_grace_ms) };
         serving.keep(tokio::spawn(leader::run(reg.clone(), timings, serving.stop_signal())));
         info!(node_id = cfg.node_id, region = %cfg.region, raft = %serving.raft_addr(), client = %serving.client_addr(), "registry node started");
         RegistryServer { serving, reg }

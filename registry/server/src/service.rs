@@ -4,7 +4,7 @@
 
 use crate::convert::{self as cv, invalid};
 use crate::registry::{registry_status, Registry};
-use holdfast_core::{CellId, ErrorCode, Epoch, FencingToken, LockName, Revision, ShardKey};
+use holdfast_core::{CellId, Epoch, ErrorCode, FencingToken, LockName, Revision, ShardKey};
 use holdfast_proto::registry::v1 as pb;
 use holdfast_proto::registry::v1::registry_service_server::RegistryService;
 use holdfast_raft::status;
@@ -53,9 +53,7 @@ fn unexpected(o: Outcome) -> Status {
 
 fn history_status(e: HistoryError) -> Status {
     match e {
-        HistoryError::Compacted { .. } => {
-            status(ErrorCode::InvalidArgument, format!("{e}; re-list with ListShards and watch from its revision"), None)
-        }
+        HistoryError::Compacted { .. } => status(ErrorCode::InvalidArgument, format!("{e}; re-list with ListShards and watch from its revision"), None),
         HistoryError::Ahead { .. } => status(ErrorCode::InvalidArgument, e.to_string(), None),
     }
 }
@@ -144,12 +142,8 @@ impl RegistryService for RegistryApi {
     async fn list_cells(&self, req: Request<pb::ListCellsRequest>) -> Result<Response<pb::ListCellsResponse>, Status> {
         let r = req.into_inner();
         let region = if r.region.is_empty() { None } else { Some(cv::region_id(r.region)?) };
-        let cells = self
-            .reg
-            .read(|st| {
-                st.cells().filter(|(_, c)| region.as_ref().is_none_or(|r| &c.region == r)).map(|(id, c)| cv::cell_to(id, c)).collect()
-            })
-            .await?;
+        let cells =
+            self.reg.read(|st| st.cells().filter(|(_, c)| region.as_ref().is_none_or(|r| &c.region == r)).map(|(id, c)| cv::cell_to(id, c)).collect()).await?;
         Ok(Response::new(pb::ListCellsResponse { cells }))
     }
 
@@ -192,11 +186,8 @@ impl RegistryService for RegistryApi {
     async fn get_owner(&self, req: Request<pb::GetOwnerRequest>) -> Result<Response<pb::GetOwnerResponse>, Status> {
         let r = req.into_inner();
         let key = cv::shard_key(r.ns, r.shard)?;
-        let (owner, revision) = self
-            .reg
-            .read(|st| st.get_owner(&key).map(|rec| (cv::owner_to(&key, rec), st.revision())))
-            .await?
-            .map_err(|e| registry_status(&e))?;
+        let (owner, revision) =
+            self.reg.read(|st| st.get_owner(&key).map(|rec| (cv::owner_to(&key, rec), st.revision()))).await?.map_err(|e| registry_status(&e))?;
         Ok(Response::new(pb::GetOwnerResponse { owner: Some(owner), revision: revision.0 }))
     }
 
@@ -255,16 +246,14 @@ impl RegistryService for RegistryApi {
                     Ok(ev) if ev.revision.0 <= last.0 + 1 => vec![ev],
                     // A gap (a snapshot was installed, or we lagged): catch up from the
                     // retained history.
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        match reg.group.state().read(|m| m.state().events_after(last)) {
-                            Ok(evs) => evs,
-                            Err(e) => {
-                                let msg = format!("watcher fell behind: {e}; resume from revision {}", last.0);
-                                let _ = tx.send(Err(status(ErrorCode::Unavailable, msg, None))).await;
-                                return;
-                            }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => match reg.group.state().read(|m| m.state().events_after(last)) {
+                        Ok(evs) => evs,
+                        Err(e) => {
+                            let msg = format!("watcher fell behind: {e}; resume from revision {}", last.0);
+                            let _ = tx.send(Err(status(ErrorCode::Unavailable, msg, None))).await;
+                            return;
                         }
-                    }
+                    },
                     Err(broadcast::error::RecvError::Closed) => return,
                 };
                 for ev in batch {
@@ -284,20 +273,14 @@ impl RegistryService for RegistryApi {
     async fn renew_ownership(&self, req: Request<pb::RenewOwnershipRequest>) -> Result<Response<pb::RenewOwnershipResponse>, Status> {
         let r = req.into_inner();
         let cell = cv::cell_id(r.cell)?;
-        let serving = r
-            .serving
-            .into_iter()
-            .map(|s| Ok((cv::shard_key(s.ns, s.shard)?, Epoch(s.epoch))))
-            .collect::<Result<BTreeSet<_>, Status>>()?;
+        let serving = r.serving.into_iter().map(|s| Ok((cv::shard_key(s.ns, s.shard)?, Epoch(s.epoch)))).collect::<Result<BTreeSet<_>, Status>>()?;
         self.reg.lease_check().await?;
         self.reconcile_adoption(&cell, &serving).await?;
         // Under the leases lock, so the leader duty never judges a shard's lease over
         // between this read of the state and the record of the grant.
         let (lease, owned, configs) = {
             let mut guard = self.reg.hooks.leases.lock().expect("leases lock");
-            let leases = guard
-                .as_mut()
-                .ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly".into(), None))?;
+            let leases = guard.as_mut().ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly".into(), None))?;
             let (owned, configs) = self
                 .reg
                 .group
@@ -352,10 +335,7 @@ impl RegistryService for RegistryApi {
             Err(e @ RegistryError::StaleEpoch { .. }) => {
                 // A retried report after the move completed is answered with the result.
                 let current = self.reg.read(|st| st.get_owner(&key).cloned()).await?.map_err(|e| registry_status(&e))?;
-                let same_report = current
-                    .handover
-                    .as_ref()
-                    .is_some_and(|h| h.from_epoch == epoch && h.seal.as_ref().is_some_and(|s| s.highest == highest));
+                let same_report = current.handover.as_ref().is_some_and(|h| h.from_epoch == epoch && h.seal.as_ref().is_some_and(|s| s.highest == highest));
                 if same_report {
                     return Ok(Response::new(pb::ReportSealedResponse { owner: Some(cv::owner_to(&key, &current)) }));
                 }

@@ -67,17 +67,17 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
         ),
         ("unknown shard", "UNKNOWN_SHARD", c.get_owner(pb::GetOwnerRequest { ns: "pay".into(), shard: "nope".into() }).await.map(drop)),
         ("unknown namespace", "UNKNOWN_NAMESPACE", c.get_namespace(pb::GetNamespaceRequest { name: "ghost".into() }).await.map(drop)),
-        (
-            "malformed name",
-            "INVALID_ARGUMENT",
-            c.create_region(pb::CreateRegionRequest { region: "Not A Name".into() }).await.map(drop),
-        ),
+        ("malformed name", "INVALID_ARGUMENT", c.create_region(pb::CreateRegionRequest { region: "Not A Name".into() }).await.map(drop)),
         (
             "stale namespace version",
             "INVALID_ARGUMENT",
             c.update_namespace(pb::UpdateNamespaceRequest { config: Some(ns_config("pay")), expected_version: 7 }).await.map(drop),
         ),
-        ("renewal of an unknown cell", "INVALID_ARGUMENT", c.renew_ownership(pb::RenewOwnershipRequest { cell: "nope".into(), serving: vec![] }).await.map(drop)),
+        (
+            "renewal of an unknown cell",
+            "INVALID_ARGUMENT",
+            c.renew_ownership(pb::RenewOwnershipRequest { cell: "nope".into(), serving: vec![] }).await.map(drop),
+        ),
     ];
     for (what, want, got) in cases {
         let e = got.expect_err(what);
@@ -89,10 +89,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
     info!("--- a move of a shard already moving is MOVING, and changes nothing");
     c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: true }).await.unwrap();
     let before = listing(&mut c).await;
-    let e = c
-        .move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: false })
-        .await
-        .unwrap_err();
+    let e = c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: false }).await.unwrap_err();
     assert_eq!(code(&e), "MOVING", "{}", e.message());
     assert!(e.message().contains("already moving"), "{}", e.message());
     assert_eq!(listing(&mut c).await, before);
@@ -131,13 +128,7 @@ async fn planned_move_drains_the_source_and_its_seal_hands_over_at_the_next_epoc
 
     info!("--- the source seals and reports its highest token");
     let highest = (1u64 << 40) | 17;
-    let report = pb::ReportSealedRequest {
-        ns: "pay".into(),
-        shard: "default".into(),
-        epoch: 1,
-        highest_token: highest,
-        held_locks: vec!["settle".into()],
-    };
+    let report = pb::ReportSealedRequest { ns: "pay".into(), shard: "default".into(), epoch: 1, highest_token: highest, held_locks: vec!["settle".into()] };
     let o = c.report_sealed(report.clone()).await.unwrap().into_inner().owner.unwrap();
     assert_eq!((o.region.as_str(), o.cell.as_str(), o.epoch, o.state), ("west", "west-1", 2, pb::ShardState::Active as i32));
     let again = c.report_sealed(report).await.unwrap().into_inner().owner.unwrap();
@@ -172,9 +163,7 @@ async fn unplanned_move_completes_only_after_the_sources_lease_ran_out() {
     let sent = Instant::now();
     let r = renew(&mut c, "east-1").await;
     assert_eq!(r.shards.len(), 1);
-    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false })
-        .await
-        .unwrap();
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false }).await.unwrap();
 
     info!("--- while it waits, a source that still renews is no longer given the shard");
     let r = renew(&mut c, "east-1").await;
@@ -235,9 +224,7 @@ async fn writes_continue_after_the_registry_leader_is_killed_and_the_new_leader_
     assert_eq!((cfg.version, cfg.lock_delay_ms), (2, 2_000));
 
     info!("--- an unplanned move right away waits out the lease the old leader may have granted");
-    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false })
-        .await
-        .unwrap();
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false }).await.unwrap();
     let deadline = Instant::now() + WAIT;
     while owner(&mut c, "pay", "default").await.epoch != 2 {
         assert!(Instant::now() < deadline, "the unplanned move never completed");
@@ -267,9 +254,7 @@ async fn a_watcher_resumed_from_a_revision_misses_nothing() {
     }
     info!("--- it disconnects; the move completes and another shard is placed meanwhile");
     drop(w);
-    c.report_sealed(pb::ReportSealedRequest { ns: "pay".into(), shard: "default".into(), epoch: 1, highest_token: 0, held_locks: vec![] })
-        .await
-        .unwrap();
+    c.report_sealed(pb::ReportSealedRequest { ns: "pay".into(), shard: "default".into(), epoch: 1, highest_token: 0, held_locks: vec![] }).await.unwrap();
     c.place_shard(pb::PlaceShardRequest { ns: "pay".into(), shard: "s2".into(), cell: "east-1".into() }).await.unwrap();
 
     info!("--- resumed from the last revision it saw, it gets the rest, then live events");
@@ -283,8 +268,7 @@ async fn a_watcher_resumed_from_a_revision_misses_nothing() {
 
     let revs: Vec<u64> = seen.iter().map(|e| e.revision).collect();
     assert_eq!(revs, (1..=6).collect::<Vec<_>>(), "every change, in order, none twice");
-    let moves: Vec<(&str, &str, u32, i32)> =
-        seen.iter().map(|e| (e.shard.as_str(), e.cell.as_str(), e.epoch, e.state)).collect();
+    let moves: Vec<(&str, &str, u32, i32)> = seen.iter().map(|e| (e.shard.as_str(), e.cell.as_str(), e.epoch, e.state)).collect();
     let (active, moving) = (pb::ShardState::Active as i32, pb::ShardState::Moving as i32);
     assert_eq!(
         moves,

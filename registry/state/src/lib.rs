@@ -21,8 +21,6 @@ mod transfers;
 
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{CellMember, Command, Entry};
-pub use outcome::{Applied, OwnershipEvent, Outcome, RegistryError};
+pub use outcome::{Applied, Outcome, OwnershipEvent, RegistryError};
 pub use reads::{HistoryError, OwnedShard};
-pub use state::{
-    CellRecord, Handover, Move, RegionState, RegistryState, SealReport, ShardRecord, ShardState, HISTORY_CAP,
-};
+pub use state::{CellRecord, Handover, Move, RegionState, RegistryState, SealReport, ShardRecord, ShardState, HISTORY_CAP};

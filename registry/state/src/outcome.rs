@@ -17,12 +17,23 @@ pub struct Applied {
 /// A successful outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
-    Region { region: RegionId, state: RegionState },
-    Cell { cell: CellId, record: CellRecord },
+    Region {
+        region: RegionId,
+        state: RegionState,
+    },
+    Cell {
+        cell: CellId,
+        record: CellRecord,
+    },
     /// The namespace's config as stored, with its new version.
-    Namespace { config: NamespaceConfig },
+    Namespace {
+        config: NamespaceConfig,
+    },
     /// The shard's record after the command.
-    Shard { shard: ShardKey, record: ShardRecord },
+    Shard {
+        shard: ShardKey,
+        record: ShardRecord,
+    },
 }
 
 /// Why a command was refused. A refused command changes nothing.

@@ -11,7 +11,7 @@
 //! - an `Evacuated` region owns no shard.
 
 use crate::command::{CellMember, Command, Entry};
-use crate::outcome::{Applied, OwnershipEvent, Outcome, RegistryError};
+use crate::outcome::{Applied, Outcome, OwnershipEvent, RegistryError};
 use holdfast_core::{CellId, Epoch, FencingToken, LockName, NamespaceConfig, NamespaceName, RegionId, Revision, ShardKey};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -153,9 +153,7 @@ impl RegistryState {
             Command::UpdateNamespace { config, expected_version } => self.update_namespace(config, *expected_version),
             Command::PlaceShard { shard, cell } => self.place_shard(&mut ctx, shard, cell),
             Command::BeginMove { shard, to_cell, planned } => self.begin_move(&mut ctx, shard, to_cell, *planned),
-            Command::Sealed { shard, epoch, highest, held_locks } => {
-                self.sealed(&mut ctx, shard, *epoch, *highest, held_locks)
-            }
+            Command::Sealed { shard, epoch, highest, held_locks } => self.sealed(&mut ctx, shard, *epoch, *highest, held_locks),
             Command::CompleteMove { shard, epoch } => self.complete_move(&mut ctx, shard, *epoch),
             Command::AbortMove { shard, epoch } => self.abort_move(&mut ctx, shard, *epoch),
             Command::Adopted { shard, epoch } => self.adopted(shard, *epoch),
@@ -208,9 +206,7 @@ impl RegistryState {
         if state == RegionState::Evacuated {
             // Shards homed there, and shards on their way there (completing such a
             // move would home a shard in an evacuated region).
-            let moving_in = |s: &ShardRecord| {
-                s.moving().and_then(|m| self.cells.get(&m.to_cell)).is_some_and(|c| &c.region == region)
-            };
+            let moving_in = |s: &ShardRecord| s.moving().and_then(|m| self.cells.get(&m.to_cell)).is_some_and(|c| &c.region == region);
             let owned = self.shards.values().filter(|s| &s.region == region || moving_in(s)).count();
             if owned > 0 {
                 return Err(RegistryError::RegionNotEmpty { region: region.to_string(), shards: owned });
@@ -228,11 +224,7 @@ impl RegistryState {
         }
         match self.cells.get(cell) {
             Some(existing) if &existing.region != region => {
-                return Err(RegistryError::CellRegionMismatch {
-                    cell: cell.to_string(),
-                    region: existing.region.to_string(),
-                    requested: region.to_string(),
-                })
+                return Err(RegistryError::CellRegionMismatch { cell: cell.to_string(), region: existing.region.to_string(), requested: region.to_string() })
             }
             // New members for a known cell: allowed in any region state, so a draining
             // region's cells stay reachable while their shards move out.
@@ -261,10 +253,7 @@ impl RegistryState {
     }
 
     fn update_namespace(&mut self, config: &NamespaceConfig, expected: u64) -> Result<Outcome, RegistryError> {
-        let current = self
-            .namespaces
-            .get(&config.name)
-            .ok_or_else(|| RegistryError::UnknownNamespace(config.name.to_string()))?;
+        let current = self.namespaces.get(&config.name).ok_or_else(|| RegistryError::UnknownNamespace(config.name.to_string()))?;
         if current.version != expected {
             return Err(RegistryError::VersionConflict { ns: config.name.to_string(), expected, current: current.version });
         }

@@ -56,10 +56,7 @@ impl RegistryState {
         if record.epoch.next().is_none() {
             return Err(RegistryError::EpochExhausted { shard: key.to_string() });
         }
-        let record = ShardRecord {
-            state: ShardState::Moving(Move { to_cell: to.clone(), planned, seal: None }),
-            ..record.clone()
-        };
+        let record = ShardRecord { state: ShardState::Moving(Move { to_cell: to.clone(), planned, seal: None }), ..record.clone() };
         self.finish(ctx, key, record)
     }
 
@@ -80,11 +77,9 @@ impl RegistryState {
         match &record.state {
             ShardState::Moving(m) => match &m.seal {
                 Some(recorded) if recorded.highest == highest => Ok(Outcome::Shard { shard: key.clone(), record: record.clone() }),
-                Some(recorded) => Err(RegistryError::SealMismatch {
-                    shard: key.to_string(),
-                    recorded: recorded.highest.map(|t| t.0),
-                    reported: highest.map(|t| t.0),
-                }),
+                Some(recorded) => {
+                    Err(RegistryError::SealMismatch { shard: key.to_string(), recorded: recorded.highest.map(|t| t.0), reported: highest.map(|t| t.0) })
+                }
                 None => {
                     let m = Move { seal: Some(report), ..m.clone() };
                     let record = ShardRecord { state: ShardState::Moving(m), ..record.clone() };

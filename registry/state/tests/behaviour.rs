@@ -5,9 +5,7 @@ mod common;
 
 use common::*;
 use holdfast_core::{Epoch, ErrorCode, FencingToken, LockName, Revision};
-use holdfast_registry_state::{
-    Command, Entry, HistoryError, Outcome, RegionState, RegistryError, RegistryState, ShardState, HISTORY_CAP,
-};
+use holdfast_registry_state::{Command, Entry, HistoryError, Outcome, RegionState, RegistryError, RegistryState, ShardState, HISTORY_CAP};
 
 /// Applies `cmd`, asserts it is refused with `code`, and that nothing changed.
 fn refused(st: &mut RegistryState, cmd: Command, code: ErrorCode) -> RegistryError {
@@ -25,12 +23,7 @@ fn begin(st: &mut RegistryState, to: &str, planned: bool) {
 }
 
 fn seal(highest: u64) -> Command {
-    Command::Sealed {
-        shard: key("pay", "default"),
-        epoch: Epoch(1),
-        highest: Some(FencingToken(highest)),
-        held_locks: vec![LockName::new("settle").unwrap()],
-    }
+    Command::Sealed { shard: key("pay", "default"), epoch: Epoch(1), highest: Some(FencingToken(highest)), held_locks: vec![LockName::new("settle").unwrap()] }
 }
 
 #[test]
@@ -136,11 +129,7 @@ fn complete_or_abort_of_a_shard_not_moving_is_refused() {
 fn move_of_a_shard_already_moving_is_moving() {
     let mut st = world();
     begin(&mut st, "west-1", true);
-    let e = refused(
-        &mut st,
-        Command::BeginMove { shard: key("pay", "default"), to_cell: cell("west-2"), planned: false },
-        ErrorCode::Moving,
-    );
+    let e = refused(&mut st, Command::BeginMove { shard: key("pay", "default"), to_cell: cell("west-2"), planned: false }, ErrorCode::Moving);
     assert!(e.to_string().contains("already moving to cell west-1"), "{e}");
 }
 

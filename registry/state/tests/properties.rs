@@ -62,10 +62,9 @@ fn command(st: &RegistryState, op: &Op) -> Command {
     let k = |n: usize, s: usize| key(NAMESPACES[n], SHARDS[s]);
     match op {
         Op::CreateRegion(r) => Command::CreateRegion { region: region(REGIONS[*r]) },
-        Op::SetRegion(r, s) => Command::SetRegionState {
-            region: region(REGIONS[*r]),
-            state: [RegionState::Active, RegionState::Draining, RegionState::Evacuated][*s as usize],
-        },
+        Op::SetRegion(r, s) => {
+            Command::SetRegionState { region: region(REGIONS[*r]), state: [RegionState::Active, RegionState::Draining, RegionState::Evacuated][*s as usize] }
+        }
         Op::Register(c) => {
             let (name, r) = CELLS[*c];
             Command::RegisterCell { cell: cell(name), region: region(REGIONS[r]), members: members(3) }
@@ -87,12 +86,9 @@ fn command(st: &RegistryState, op: &Op) -> Command {
         }
         Op::Place(n, s, c) => Command::PlaceShard { shard: k(*n, *s), cell: cell(CELLS[*c].0) },
         Op::Begin(n, s, c, planned) => Command::BeginMove { shard: k(*n, *s), to_cell: cell(CELLS[*c].0), planned: *planned },
-        Op::Seal(n, s, h, stale) => Command::Sealed {
-            shard: k(*n, *s),
-            epoch: epoch_of(st, &k(*n, *s), *stale),
-            highest: Some(FencingToken(*h)),
-            held_locks: vec![],
-        },
+        Op::Seal(n, s, h, stale) => {
+            Command::Sealed { shard: k(*n, *s), epoch: epoch_of(st, &k(*n, *s), *stale), highest: Some(FencingToken(*h)), held_locks: vec![] }
+        }
         Op::Complete(n, s, stale) => Command::CompleteMove { shard: k(*n, *s), epoch: epoch_of(st, &k(*n, *s), *stale) },
         Op::Abort(n, s, stale) => Command::AbortMove { shard: k(*n, *s), epoch: epoch_of(st, &k(*n, *s), *stale) },
     }

@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use holdfast_raft::testing::{AppendLog, Faults, FaultyNetworkFactory};
 use holdfast_raft::types::ServerState;
-use holdfast_raft::{
-    Applied, GrpcNetworkFactory, Node, NodeConfig, NodeId, Raft, RaftNode, RaftTimings, WriteError,
-};
+use holdfast_raft::{Applied, GrpcNetworkFactory, Node, NodeConfig, NodeId, Raft, RaftNode, RaftTimings, WriteError};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 
@@ -31,10 +29,7 @@ pub fn serial() -> MutexGuard<'static, ()> {
 
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,holdfast_raft=info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,holdfast_raft=info".into()))
         .with_test_writer()
         .try_init();
 }
@@ -56,13 +51,8 @@ pub struct TestCluster {
 impl TestCluster {
     /// Starts nodes `1..=n`, initializes the group on node 1 and waits for a leader.
     pub async fn start(n: u64, timings: RaftTimings) -> TestCluster {
-        let mut c = TestCluster {
-            faults: Faults::new(),
-            nodes: BTreeMap::new(),
-            addrs: BTreeMap::new(),
-            timings,
-            root: tempfile::tempdir().expect("temp dir"),
-        };
+        let mut c =
+            TestCluster { faults: Faults::new(), nodes: BTreeMap::new(), addrs: BTreeMap::new(), timings, root: tempfile::tempdir().expect("temp dir") };
         for id in 1..=n {
             c.start_node(id).await;
         }

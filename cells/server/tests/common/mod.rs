@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-
-
 use holdfast_cell::{CellConfig, CellServer};
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;

@@ -27,9 +27,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Registry tests run one at a time: parallel clusters on 2 cores starve heartbeats.
 pub fn serial() -> MutexGuard<'static, ()> {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,holdfast_registry=info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,holdfast_registry=info".into()))
         .with_test_writer()
         .try_init();
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -118,13 +116,7 @@ impl TestRegistry {
 }
 
 pub fn members(base: u64) -> Vec<pb::CellMember> {
-    (1..=3)
-        .map(|i| pb::CellMember {
-            node_id: i,
-            client_addr: format!("127.0.0.1:{}", base + i),
-            raft_addr: format!("127.0.0.1:{}", base + 100 + i),
-        })
-        .collect()
+    (1..=3).map(|i| pb::CellMember { node_id: i, client_addr: format!("127.0.0.1:{}", base + i), raft_addr: format!("127.0.0.1:{}", base + 100 + i) }).collect()
 }
 
 pub fn ns_config(name: &str) -> apb::NamespaceConfig {

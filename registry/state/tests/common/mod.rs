@@ -22,9 +22,7 @@ pub fn ns_config(ns: &str) -> NamespaceConfig {
 }
 
 pub fn members(n: u64) -> Vec<CellMember> {
-    (1..=n)
-        .map(|i| CellMember { node_id: NodeId(i), client_addr: format!("127.0.0.1:70{i:02}"), raft_addr: format!("127.0.0.1:71{i:02}") })
-        .collect()
+    (1..=n).map(|i| CellMember { node_id: NodeId(i), client_addr: format!("127.0.0.1:70{i:02}"), raft_addr: format!("127.0.0.1:71{i:02}") }).collect()
 }
 
 pub fn apply(st: &mut RegistryState, cmd: Command) -> Applied {
