@@ -2,7 +2,7 @@
 # The side-by-side benchmark: holdfast against its anchor, a 3-member etcd 3.4 cluster
 # (Debian etcd-server, v3lock API), on this machine, in this run. Same workloads, same
 # client machine, rounds in alternating order; medians and ratios in the summary. Not part of CI
-# (DESIGN.md: benchmarks do not run in CI). See docs/benchmarks.md.
+# (docs/design.md: benchmarks do not run in CI). See docs/benchmarks.md.
 #
 #   scripts/bench.sh                 # 10 s per workload per system
 #   BENCH_SECONDS=30 BENCH_ROUNDS=5 scripts/bench.sh

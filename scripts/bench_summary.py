@@ -38,4 +38,4 @@ for w in ["single", "parallel", "contended"]:
         )
 print()
 for w, a in aims.items():
-    print(f"- {w}: DESIGN.md aims for {a}")
+    print(f"- {w}: docs/design.md aims for {a}")

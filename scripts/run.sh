@@ -8,7 +8,7 @@
 #   scripts/run.sh --once                  start, take a lock through a gateway, print
 #                                          its token, stop everything, exit 0
 #
-# $HOLDFAST_DATA_DIR stands for --data-dir. See docs/playground.md.
+# $HOLDFAST_PLAYGROUND stands for --data-dir. See docs/playground.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh

@@ -39,4 +39,8 @@ if ! command -v promtool >/dev/null && [ ! -x /opt/prometheus/usr/bin/promtool ]
 fi
 
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
+# CI checks formatting and lints (scripts/test.sh): rustup's default profile has both.
+for tool in fmt clippy; do
+  cargo "$tool" --version >/dev/null 2>&1 || { echo "setup: cargo $tool not found; rustup component add $([ $tool = fmt ] && echo rustfmt || echo clippy)" >&2; exit 1; }
+done
 echo "setup: ok"

@@ -21,13 +21,26 @@ fi
 export CI_REQUIRE_PROMTOOL=1
 PATH="$PATH:/opt/prometheus/usr/bin"
 
-# Layering (STYLE.md): the gateway and the SDK reach cells through clients only.
+# Layering (docs/development.md, "Layers"): the gateway and the SDK reach cells through
+# clients only; servers never depend on the SDK (the wire edge, holdfast-rpc, is theirs).
 for crate in holdfast-gateway holdfast-client; do
   if cargo tree --locked -e normal -p "$crate" | grep -qE 'openraft|rocksdb'; then
     echo "layering: $crate depends on openraft or rocksdb" >&2
     exit 1
   fi
 done
+for crate in holdfast-cell holdfast-registry holdfast-raft holdfast-rpc; do
+  if cargo tree --locked -e normal -p "$crate" | grep -q 'holdfast-client'; then
+    echo "layering: $crate depends on the SDK (holdfast-client)" >&2
+    exit 1
+  fi
+done
+
+cargo fmt --all --check
+# Lints, warnings as errors. `cargo clippy` only checks (it never links), so RocksDB's
+# C++ need not be compiled for it: pointing ROCKSDB_LIB_DIR anywhere makes
+# librocksdb-sys's build script skip the 15-minute compile on a fresh machine.
+ROCKSDB_LIB_DIR=/nonexistent-check-only cargo clippy --locked --workspace --all-targets -- -D warnings
 
 cargo test --workspace --locked -- --test-threads=2
 scripts/check-safety-tests.sh

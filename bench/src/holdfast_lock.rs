@@ -41,7 +41,7 @@ pub async fn setup(endpoint: &str, cell: &str) -> Result<(), String> {
     use holdfast_proto::lock::v1 as pb;
     use holdfast_proto::registry::v1 as rpb;
     use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
-    let mut reg = RegistryServiceClient::connect(format!("http://{endpoint}")).await.map_err(|e| e.to_string())?;
+    let mut reg = RegistryServiceClient::new(holdfast_rpc::Transport::default().connect(endpoint).await.map_err(|e| e.to_string())?);
     if reg.get_namespace(rpb::GetNamespaceRequest { name: "bench".into() }).await.is_err() {
         let config = apb::NamespaceConfig {
             name: "bench".into(),

@@ -3,7 +3,7 @@
 //! 3-member etcd 3.4 cluster, v3lock API, one lease per client) in the same run and
 //! reports the ratios (docs/benchmarks.md). Not run in CI.
 //!
-//! Workloads (DESIGN.md, "Numbers to design for"):
+//! Workloads (docs/design.md, "Numbers to design for"):
 //! - `single`: one client, lock + unlock cycles on its own key;
 //! - `parallel`: `--clients` (64) clients, each cycling on its own key;
 //! - `contended`: `--clients` (16) clients on one key, each holding it 1 ms; the rate

@@ -3,21 +3,24 @@
 //! the registry through a gateway; `ns apply` and `shard adopt|seal|served` are the
 //! admin-mode calls to one cell (`CellAdmin`), for a cell run without a registry.
 
-use crate::ops::{self, emit, Gw, Output};
-use clap::{Args, Subcommand, ValueEnum};
+use crate::ops::{emit, Gw, Output};
+use crate::remote::Remote;
+use clap::{Args, Subcommand};
+use holdfast_core::{Intent, Posture};
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
+use holdfast_proto::json::{session_hex, CheckView, EventView, GrantView, LockSummaryView, LockView, NamespaceSpec, NamespaceView, OwnerView};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::registry::v1 as rpb;
-use std::future::Future;
-use std::time::Duration;
-use tonic::transport::Channel;
+use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+use serde::Serialize;
 
 #[derive(Debug, Args, Clone)]
 pub struct Target {
-    /// A gateway's gRPC address, or a cell node's client address (NOT_LEADER is
-    /// followed once).
+    /// Gateways' gRPC addresses, or a cell's nodes' client addresses, comma-separated
+    /// (names or IPs; NOT_LEADER is followed, an endpoint that does not answer is
+    /// skipped).
     #[arg(long, env = "HOLDFAST_ENDPOINT", default_value = "127.0.0.1:7000")]
     endpoint: String,
     /// Output format.
@@ -31,47 +34,47 @@ pub struct Target {
     shard: String,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum IntentArg {
-    Efficiency,
-    Correctness,
-    Leadership,
+impl Target {
+    fn remote(&self) -> Result<Remote, String> {
+        Remote::new(&self.endpoint)
+    }
+
+    fn shard_ref(&self) -> Option<pb::ShardRef> {
+        Some(pb::ShardRef::named(self.ns.clone(), self.shard.clone()))
+    }
 }
 
 /// A namespace's settings, as `ns create` (registry) and `ns apply` (admin mode) take
-/// them; 0 means the intent's default.
+/// them; unset means the intent's default.
 #[derive(Debug, Args, Clone)]
 pub struct NsSettings {
     #[arg(long)]
     owner: String,
-    #[arg(long, value_enum, default_value = "correctness")]
-    intent: IntentArg,
-    #[arg(long, default_value_t = 0)]
-    lock_delay_ms: u64,
-    #[arg(long, default_value_t = 0)]
-    ttl_min_ms: u64,
-    #[arg(long, default_value_t = 0)]
-    ttl_max_ms: u64,
-    #[arg(long, default_value_t = 0)]
-    max_hold_ms: u64,
+    /// efficiency, correctness or leadership.
+    #[arg(long, default_value = "correctness")]
+    intent: Intent,
+    #[arg(long)]
+    lock_delay_ms: Option<u64>,
+    #[arg(long)]
+    ttl_min_ms: Option<u64>,
+    #[arg(long)]
+    ttl_max_ms: Option<u64>,
+    #[arg(long)]
+    max_hold_ms: Option<u64>,
 }
 
 impl NsSettings {
-    fn config(self, name: String) -> apb::NamespaceConfig {
-        let intent = match self.intent {
-            IntentArg::Efficiency => pb::Intent::Efficiency,
-            IntentArg::Correctness => pb::Intent::Correctness,
-            IntentArg::Leadership => pb::Intent::Leadership,
-        } as i32;
-        apb::NamespaceConfig {
+    fn spec(self, name: String, posture: Option<Posture>) -> NamespaceSpec {
+        NamespaceSpec {
             name,
             owner: self.owner,
-            intent,
+            intent: Some(self.intent),
+            posture,
             ttl_min_ms: self.ttl_min_ms,
             ttl_max_ms: self.ttl_max_ms,
             max_hold_ms: self.max_hold_ms,
             lock_delay_ms: self.lock_delay_ms,
-            ..Default::default()
+            ..NamespaceSpec::default()
         }
     }
 }
@@ -87,9 +90,9 @@ pub enum NsCmd {
         name: String,
         #[command(flatten)]
         settings: NsSettings,
-        /// fail-closed (default) or fail-open (efficiency namespaces only).
-        #[arg(long, default_value = "fail-closed")]
-        posture: String,
+        /// fail-closed or fail-open (efficiency namespaces only); default by intent.
+        #[arg(long)]
+        posture: Option<Posture>,
         /// Also place its shard `default` on this cell.
         #[arg(long)]
         place_on: Option<String>,
@@ -271,46 +274,28 @@ pub enum LockCmd {
     },
 }
 
-/// Calls `f` on `endpoint`; on NOT_LEADER with a hint, once more on the hinted leader.
-/// A transient refusal (`MOVING`, `UNAVAILABLE`, a leader election) is retried with
-/// backoff for up to 10 s, showing progress on stderr.
-async fn call<T, F, Fut>(endpoint: &str, f: F) -> Result<T, String>
-where
-    F: Fn(Channel) -> Fut,
-    Fut: Future<Output = Result<T, tonic::Status>>,
-{
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut pause = Duration::from_millis(100);
-    loop {
-        let answer = match f(ops::channel(endpoint).await?).await {
-            Ok(v) => return Ok(v),
-            Err(s) => match s.metadata().get("holdfast-leader").and_then(|v| v.to_str().ok()).map(str::to_owned) {
-                Some(leader) if code(&s) == "NOT_LEADER" => f(ops::channel(&leader).await?).await,
-                _ => Err(s),
-            },
-        };
-        match answer {
-            Ok(v) => return Ok(v),
-            Err(s) if ["MOVING", "UNAVAILABLE", "NOT_LEADER"].contains(&code(&s).as_str()) && std::time::Instant::now() < deadline => {
-                eprintln!("{} — retrying", describe_status(s));
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
-            Err(s) => return Err(describe_status(s)),
-        }
-    }
+/// What `lock acquire` prints.
+#[derive(Debug, Serialize)]
+struct Acquired {
+    lock: String,
+    session: String,
+    #[serde(flatten)]
+    grant: GrantView,
+    note: &'static str,
 }
 
-fn code(s: &tonic::Status) -> String {
-    s.metadata().get("holdfast-code").and_then(|v| v.to_str().ok()).unwrap_or("UNAVAILABLE").to_owned()
+#[derive(Debug, Serialize)]
+struct Released {
+    lock: String,
+    released: String,
 }
 
-fn describe_status(s: tonic::Status) -> String {
-    format!("{}: {}", code(&s), s.message())
-}
-
-fn shard_ref(t: &Target) -> Option<pb::ShardRef> {
-    Some(pb::ShardRef { ns: t.ns.clone(), shard: t.shard.clone(), epoch: 0 })
+#[derive(Debug, Serialize)]
+struct Checked {
+    lock: String,
+    token: String,
+    #[serde(flatten)]
+    check: CheckView,
 }
 
 pub async fn ns(cmd: NsCmd) -> Result<(), String> {
@@ -318,13 +303,14 @@ pub async fn ns(cmd: NsCmd) -> Result<(), String> {
         NsCmd::Apply { target, settings, version } => (target, settings, version),
         other => return ns_registry(other).await,
     };
-    let config = apb::NamespaceConfig { version, ..settings.config(target.ns.clone()) };
-    let r = call(&target.endpoint, |ch| {
-        let config = config.clone();
-        async move { CellAdminClient::new(ch).apply_namespace(apb::ApplyNamespaceRequest { config: Some(config) }).await }
-    })
-    .await?
-    .into_inner();
+    let config = apb::NamespaceConfig { version, ..settings.spec(target.ns.clone(), None).to_pb() };
+    let r = target
+        .remote()?
+        .call(|ch| {
+            let config = config.clone();
+            async move { CellAdminClient::new(ch).apply_namespace(apb::ApplyNamespaceRequest { config: Some(config) }).await }
+        })
+        .await?;
     emit(target.output, &serde_json::json!({ "namespace": target.ns, "version": r.version }));
     Ok(())
 }
@@ -332,47 +318,53 @@ pub async fn ns(cmd: NsCmd) -> Result<(), String> {
 pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
     match cmd {
         ShardCmd::Adopt { target, epoch } => {
-            let r = call(&target.endpoint, |ch| {
-                let req = apb::AdoptShardRequest { ns: target.ns.clone(), shard: target.shard.clone(), epoch, delayed_locks: vec![] };
-                async move { CellAdminClient::new(ch).adopt_shard(req).await }
-            })
-            .await?
-            .into_inner();
+            let req = apb::AdoptShardRequest { ns: target.ns.clone(), shard: target.shard.clone(), epoch, delayed_locks: vec![] };
+            let r = target
+                .remote()?
+                .call(|ch| {
+                    let req = req.clone();
+                    async move { CellAdminClient::new(ch).adopt_shard(req).await }
+                })
+                .await?;
             emit(target.output, &serde_json::json!({ "ns": target.ns, "shard": target.shard, "epoch": r.epoch }));
         }
         ShardCmd::Seal { target, epoch } => {
-            let r = call(&target.endpoint, |ch| {
-                let req = apb::SealShardRequest { ns: target.ns.clone(), shard: target.shard.clone(), epoch };
-                async move { CellAdminClient::new(ch).seal_shard(req).await }
-            })
-            .await?
-            .into_inner();
+            let req = apb::SealShardRequest { ns: target.ns.clone(), shard: target.shard.clone(), epoch };
+            let r = target
+                .remote()?
+                .call(|ch| {
+                    let req = req.clone();
+                    async move { CellAdminClient::new(ch).seal_shard(req).await }
+                })
+                .await?;
             emit(
                 target.output,
                 &serde_json::json!({ "ns": target.ns, "shard": target.shard, "highest_token": r.highest_token.to_string(), "held_locks": r.held_locks }),
             );
         }
         ShardCmd::Served { target } => {
-            let r = call(&target.endpoint, |ch| async move { CellAdminClient::new(ch).status(apb::CellStatusRequest {}).await }).await?.into_inner();
+            let r = target.remote()?.call(|ch| async move { CellAdminClient::new(ch).status(apb::CellStatusRequest {}).await }).await?;
             let shards: Vec<_> = r
                 .shards
                 .iter()
                 .map(|s| serde_json::json!({ "ns": s.ns, "shard": s.shard, "epoch": s.epoch, "seq": s.seq, "sealed": s.sealed, "keys": s.keys }))
                 .collect();
-            emit(target.output, &serde_json::Value::Array(shards));
+            emit(target.output, &shards);
         }
         ShardCmd::Owner { gw, ns, shard } => {
-            let r = ops::registry(&gw).await?.get_owner(rpb::GetOwnerRequest { ns, shard }).await.map_err(ops::failed)?.into_inner();
-            emit(gw.output, &r.owner.as_ref().map(ops::owner_json).unwrap_or_default());
+            let req = rpb::GetOwnerRequest { ns, shard };
+            let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.get_owner(r).await })).await?;
+            emit(gw.output, &r.owner.as_ref().map(OwnerView::from));
         }
         ShardCmd::List { gw, ns } => {
-            let r = ops::registry(&gw).await?.list_shards(rpb::ListShardsRequest { ns, cell: String::new() }).await.map_err(ops::failed)?.into_inner();
-            emit(gw.output, &serde_json::Value::Array(r.shards.iter().map(ops::owner_json).collect()));
+            let req = rpb::ListShardsRequest { ns, cell: String::new() };
+            let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.list_shards(r).await })).await?;
+            emit(gw.output, &r.shards.iter().map(OwnerView::from).collect::<Vec<_>>());
         }
         ShardCmd::Move { gw, ns, shard, to, unplanned } => {
-            let mut reg = ops::registry(&gw).await?;
+            let remote = gw.remote()?;
             let req = rpb::MoveShardRequest { ns: ns.clone(), shard: shard.clone(), to_cell: to.clone(), planned: !unplanned };
-            let started = reg.move_shard(req).await.map_err(ops::failed)?.into_inner();
+            let started = remote.once(|ch| registry(ch, req.clone(), |mut c, r| async move { c.move_shard(r).await })).await?;
             let from_epoch = started.owner.as_ref().map_or(0, |o| o.epoch);
             eprintln!(
                 "moving {ns}/{shard} to {to} ({})...",
@@ -380,10 +372,11 @@ pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
             );
             // Long operations show progress: poll until the new owner is active.
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let get = rpb::GetOwnerRequest { ns: ns.clone(), shard: shard.clone() };
             loop {
-                let o = reg.get_owner(rpb::GetOwnerRequest { ns: ns.clone(), shard: shard.clone() }).await.map_err(ops::failed)?.into_inner().owner;
+                let o = remote.call(|ch| registry(ch, get.clone(), |mut c, r| async move { c.get_owner(r).await })).await?.owner;
                 if let Some(o) = o.filter(|o| o.cell == to && o.state == rpb::ShardState::Active as i32 && o.epoch > from_epoch) {
-                    emit(gw.output, &ops::owner_json(&o));
+                    emit(gw.output, &OwnerView::from(&o));
                     return Ok(());
                 }
                 if std::time::Instant::now() > deadline {
@@ -397,145 +390,113 @@ pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
     Ok(())
 }
 
+/// A RegistryService call on `ch`.
+pub(crate) async fn registry<Req, T, F, Fut>(ch: holdfast_rpc::Channel, req: Req, f: F) -> Result<tonic::Response<T>, tonic::Status>
+where
+    F: FnOnce(RegistryServiceClient<holdfast_rpc::Channel>, Req) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    f(RegistryServiceClient::new(ch), req).await
+}
+
+/// A LockService call on `ch`.
+pub(crate) async fn locks<Req, T, F, Fut>(ch: holdfast_rpc::Channel, req: Req, f: F) -> Result<tonic::Response<T>, tonic::Status>
+where
+    F: FnOnce(LockServiceClient<holdfast_rpc::Channel>, Req) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    f(LockServiceClient::new(ch), req).await
+}
+
 pub async fn lock(cmd: LockCmd) -> Result<(), String> {
     match cmd {
         LockCmd::Acquire { target, name, ttl_ms, wait_ms, value } => {
-            let session = call(&target.endpoint, |ch| {
-                let req = pb::CreateSessionRequest { shard: shard_ref(&target), ttl_ms, client_label: "holdfast-cli".into() };
-                async move { LockServiceClient::new(ch).create_session(req).await }
-            })
-            .await?
-            .into_inner()
-            .session_id;
-            let request_id = format!("cli-{session:x}");
-            let r = call(&target.endpoint, |ch| {
-                let req = pb::AcquireRequest {
-                    shard: shard_ref(&target),
-                    name: name.clone(),
-                    session_id: session,
-                    mode: pb::Mode::Exclusive as i32,
-                    wait_timeout_ms: wait_ms,
-                    request_id: request_id.clone(),
-                    value: value.clone().into_bytes(),
-                };
-                async move { LockServiceClient::new(ch).acquire(req).await }
-            })
-            .await?
-            .into_inner();
+            let remote = target.remote()?;
+            let req = pb::CreateSessionRequest { shard: target.shard_ref(), ttl_ms, client_label: "holdfast-cli".into() };
+            let session = remote.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.create_session(r).await })).await?.session_id;
+            let req = pb::AcquireRequest {
+                shard: target.shard_ref(),
+                name: name.clone(),
+                session_id: session,
+                mode: pb::Mode::Exclusive as i32,
+                wait_timeout_ms: wait_ms,
+                // One id for every retry of this command: a retry never grants twice.
+                request_id: format!("cli-{session:x}"),
+                value: value.into_bytes(),
+            };
+            let r = remote.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.acquire(r).await })).await?;
             emit(
                 target.output,
-                &serde_json::json!({
-                    "lock": name, "token": r.token.to_string(), "epoch": r.epoch, "session": format!("{session:#018x}"),
-                    "ttl_remaining_ms": r.ttl_remaining_ms,
-                    "note": "no keep-alive from this command: the hold ends when the session's TTL runs out"
-                }),
+                &Acquired {
+                    lock: name,
+                    session: session_hex(session),
+                    grant: GrantView::from(&r),
+                    note: "no keep-alive from this command: the hold ends when the session's TTL runs out",
+                },
             );
         }
         LockCmd::Release { target, name, token } => {
-            call(&target.endpoint, |ch| {
-                let req = pb::ReleaseRequest { shard: shard_ref(&target), name: name.clone(), token };
-                async move { LockServiceClient::new(ch).release(req).await }
-            })
-            .await?;
-            emit(target.output, &serde_json::json!({ "lock": name, "released": token.to_string() }));
+            let req = pb::ReleaseRequest { shard: target.shard_ref(), name: name.clone(), token };
+            target.remote()?.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.release(r).await })).await?;
+            emit(target.output, &Released { lock: name, released: token.to_string() });
         }
         LockCmd::Describe { target, name } => {
-            let d = call(&target.endpoint, |ch| {
-                let req = pb::DescribeRequest { shard: shard_ref(&target), name: name.clone() };
-                async move { LockServiceClient::new(ch).describe(req).await }
-            })
-            .await?
-            .into_inner();
-            let holders: Vec<_> = d
-                .holders
-                .iter()
-                .map(|h| serde_json::json!({ "session": format!("{:#018x}", h.session_id), "token": h.token.to_string(), "held_for_ms": h.held_for_ms, "value": String::from_utf8_lossy(&h.value) }))
-                .collect();
-            let waiters: Vec<_> = d.waiters.iter().map(|w| serde_json::json!({ "session": w.session_id, "request_id": w.request_id })).collect();
-            emit(
-                target.output,
-                &serde_json::json!({
-                    "lock": d.name, "holders": holders, "waiters": waiters, "token_floor": d.token_floor.to_string(),
-                    "epoch": d.epoch, "lock_delayed": d.lock_delayed, "revision": d.revision,
-                    "last_break": d.last_break.map(|b| serde_json::json!({ "by": b.by, "reason": b.reason, "new_floor": b.new_floor })),
-                }),
-            );
+            let req = pb::DescribeRequest { shard: target.shard_ref(), name };
+            let d = target.remote()?.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.describe(r).await })).await?;
+            emit(target.output, &LockView::from_pb(&d, session_hex));
         }
         LockCmd::List { target, prefix } => {
-            let r = call(&target.endpoint, |ch| {
-                let req = pb::ListRequest { shard: shard_ref(&target), prefix: prefix.clone(), limit: 0 };
-                async move { LockServiceClient::new(ch).list(req).await }
-            })
-            .await?
-            .into_inner();
-            let rows: Vec<_> = r
-                .locks
-                .iter()
-                .map(|l| {
-                    let tokens: Vec<String> = l.holders.iter().map(|h| h.token.to_string()).collect();
-                    serde_json::json!({ "lock": l.name, "holders": tokens.join(","), "waiters": l.waiters })
-                })
-                .collect();
-            emit(target.output, &serde_json::Value::Array(rows));
+            let req = pb::ListRequest { shard: target.shard_ref(), prefix, limit: 0 };
+            let r = target.remote()?.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.list(r).await })).await?;
+            emit(target.output, &r.locks.iter().map(LockSummaryView::from).collect::<Vec<_>>());
         }
         LockCmd::Watch { target, name, from_revision } => {
-            let mut stream = call(&target.endpoint, |ch| {
-                let req = pb::WatchRequest { shard: shard_ref(&target), name: name.clone(), from_revision };
-                async move { LockServiceClient::new(ch).watch(req).await }
-            })
-            .await?
-            .into_inner();
-            while let Some(batch) = stream.message().await.map_err(ops::failed)? {
-                for e in batch.events {
-                    let kind = pb::EventKind::try_from(e.kind).map_or("?".to_owned(), |k| k.as_str_name().to_lowercase());
-                    let reason = pb::EndReason::try_from(e.reason).ok().filter(|r| *r != pb::EndReason::Unspecified).map(|r| r.as_str_name().to_lowercase());
-                    emit(
-                        target.output,
-                        &serde_json::json!({ "revision": e.revision, "event": kind, "reason": reason, "session": format!("{:#018x}", e.session_id), "token": e.token.to_string() }),
-                    );
+            let req = pb::WatchRequest { shard: target.shard_ref(), name, from_revision };
+            let mut stream = target.remote()?.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.watch(r).await })).await?;
+            while let Some(batch) = stream.message().await.map_err(|s| holdfast_rpc::status::one_line(&s))? {
+                for e in &batch.events {
+                    emit(target.output, &EventView::from_pb(e, session_hex));
                 }
             }
         }
         LockCmd::Exec { target, name, ttl_ms, wait_ms, command } => {
-            return crate::exec::run(&target.endpoint, &target.ns, &target.shard, &name, ttl_ms, wait_ms, &command).await
+            let endpoints = crate::remote::endpoint_list(&target.endpoint)?;
+            return crate::exec::run(&endpoints, &target.ns, &target.shard, &name, ttl_ms, wait_ms, &command).await;
         }
         LockCmd::Check { target, name, token } => {
-            let r = call(&target.endpoint, |ch| {
-                let req = pb::CheckTokenRequest { shard: shard_ref(&target), name: name.clone(), token };
-                async move { LockServiceClient::new(ch).check_token(req).await }
-            })
-            .await?
-            .into_inner();
-            let current = r.status == pb::TokenStatus::Current as i32;
-            emit(target.output, &serde_json::json!({ "lock": name, "token": token.to_string(), "status": if current { "CURRENT" } else { "STALE" } }));
+            let req = pb::CheckTokenRequest { shard: target.shard_ref(), name: name.clone(), token };
+            let r = target.remote()?.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.check_token(r).await })).await?;
+            emit(target.output, &Checked { lock: name, token: token.to_string(), check: CheckView::from(&r) });
         }
     }
     Ok(())
 }
 
+fn namespace_view(c: Option<&apb::NamespaceConfig>) -> Result<Option<NamespaceView>, String> {
+    c.map(NamespaceView::try_from).transpose().map_err(|e| format!("the registry sent a config this command cannot read: {e}"))
+}
+
 async fn ns_registry(cmd: NsCmd) -> Result<(), String> {
     match cmd {
         NsCmd::Create { gw, name, settings, posture, place_on } => {
-            let posture = match posture.as_str() {
-                "fail-closed" => pb::Posture::FailClosed,
-                "fail-open" => pb::Posture::FailOpen,
-                other => return Err(format!("--posture {other:?}: expected fail-closed or fail-open")),
-            } as i32;
-            let config = apb::NamespaceConfig { posture, ..settings.config(name.clone()) };
-            let mut reg = ops::registry(&gw).await?;
-            let r = reg.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.map_err(ops::failed)?.into_inner();
+            let remote = gw.remote()?;
+            let req = rpb::CreateNamespaceRequest { config: Some(settings.spec(name.clone(), posture).to_pb()) };
+            let r = remote.once(|ch| registry(ch, req.clone(), |mut c, r| async move { c.create_namespace(r).await })).await?;
             if let Some(cell) = place_on {
-                reg.place_shard(rpb::PlaceShardRequest { ns: name, shard: "default".into(), cell }).await.map_err(ops::failed)?;
+                let req = rpb::PlaceShardRequest { ns: name, shard: "default".into(), cell };
+                remote.once(|ch| registry(ch, req.clone(), |mut c, r| async move { c.place_shard(r).await })).await?;
             }
-            emit(gw.output, &r.config.as_ref().map(ops::namespace_json).unwrap_or_default());
+            emit(gw.output, &namespace_view(r.config.as_ref())?);
         }
         NsCmd::Get { gw, name } => {
-            let r = ops::registry(&gw).await?.get_namespace(rpb::GetNamespaceRequest { name }).await.map_err(ops::failed)?.into_inner();
-            emit(gw.output, &r.config.as_ref().map(ops::namespace_json).unwrap_or_default());
+            let req = rpb::GetNamespaceRequest { name };
+            let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.get_namespace(r).await })).await?;
+            emit(gw.output, &namespace_view(r.config.as_ref())?);
         }
         NsCmd::List { gw } => {
-            let r = ops::registry(&gw).await?.list_namespaces(rpb::ListNamespacesRequest {}).await.map_err(ops::failed)?.into_inner();
-            emit(gw.output, &serde_json::Value::Array(r.configs.iter().map(ops::namespace_json).collect()));
+            let r = gw.remote()?.call(|ch| registry(ch, rpb::ListNamespacesRequest {}, |mut c, r| async move { c.list_namespaces(r).await })).await?;
+            let views = r.configs.iter().map(|c| namespace_view(Some(c))).collect::<Result<Vec<_>, _>>()?;
+            emit(gw.output, &views);
         }
         NsCmd::Apply { .. } => unreachable!("handled by ns()"),
     }

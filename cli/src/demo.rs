@@ -1,4 +1,4 @@
-//! `holdfast demo`: the seed's opening timeline, played with real processes.
+//! `holdfast demo`: the timeline of docs/design.md, played with real processes.
 //!
 //! 1. It starts a playground (`holdfast dev`, its own data dir and ports) and a fenced
 //!    ledger (a `MemoryFence` behind HTTP, in this process).
@@ -193,12 +193,17 @@ pub async fn run(a: DemoArgs) -> Result<(), String> {
     let _ = (a_w.child_index, b_w.child_index);
 
     t.say("moving shard demo/default from east-1 to west-1 (planned: drain, seal, epoch + 1)");
-    let mut reg = RegistryServiceClient::connect(format!("http://{gw}")).await.map_err(|e| e.to_string())?;
+    let mut reg = RegistryServiceClient::new(crate::remote::connect(&gw).await?);
     let req = rpb::MoveShardRequest { ns: "demo".into(), shard: "default".into(), to_cell: "west-1".into(), planned: true };
-    reg.move_shard(req).await.map_err(crate::ops::failed)?;
+    reg.move_shard(req).await.map_err(|s| holdfast_rpc::status::one_line(&s))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let owner = loop {
-        let o = reg.get_owner(rpb::GetOwnerRequest { ns: "demo".into(), shard: "default".into() }).await.map_err(crate::ops::failed)?.into_inner().owner;
+        let o = reg
+            .get_owner(rpb::GetOwnerRequest { ns: "demo".into(), shard: "default".into() })
+            .await
+            .map_err(|s| holdfast_rpc::status::one_line(&s))?
+            .into_inner()
+            .owner;
         if let Some(o) = o.filter(|o| o.cell == "west-1" && o.state == rpb::ShardState::Active as i32) {
             break o;
         }
@@ -249,13 +254,8 @@ fn lock_id() -> LockId {
 }
 
 async fn serve_ledger(ledger: MemoryFence) -> Result<String, String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let app = Router::new().route("/write", post(write)).with_state(Arc::new(ledger));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    Ok(format!("http://{addr}/write"))
+    Ok(format!("{}/write", crate::remote::serve_local(app).await?))
 }
 
 async fn write(State(ledger): State<Arc<MemoryFence>>, Json(b): Json<Value>) -> (StatusCode, Json<Value>) {

@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// HTTP listen address (JSON API, /metrics, /healthz, /readyz).
     #[arg(long)]
     http_addr: Option<String>,
+    /// Print the configuration this gateway would run with (defaults, file,
+    /// `HOLDFAST_*` environment, flags), as JSON, and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 pub async fn run(cmd: GatewayCmd) -> Result<(), String> {
@@ -42,6 +46,9 @@ pub async fn run(cmd: GatewayCmd) -> Result<(), String> {
 async fn run_gateway(a: RunArgs) -> Result<(), String> {
     let overrides = overrides([("region", a.region), ("registry_endpoints", a.registry), ("grpc_addr", a.grpc_addr), ("http_addr", a.http_addr)]);
     let cfg = GatewayConfig::load(a.config.as_deref(), &overrides).map_err(|e| e.to_string())?;
+    if a.print_config {
+        return crate::serve::print_config(&cfg);
+    }
     let server = GatewayServer::bind(&cfg).await.map_err(|e| format!("cannot start the gateway: {e}"))?;
     println!("gateway {} up: grpc {} http {}", cfg.region, server.grpc_addr(), server.http_addr());
     until_signal(server.shutdown()).await;

@@ -11,6 +11,7 @@ mod exec;
 mod gateway_cmd;
 mod ops;
 mod registry_cmd;
+mod remote;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -62,7 +63,7 @@ enum Cmd {
     /// Drills: evacuate a region, inject faults, run a checked drill.
     #[command(subcommand)]
     Drill(drill::DrillCmd),
-    /// Play the seed's timeline on a fresh playground: a paused holder's write is
+    /// Play the timeline of docs/design.md on a fresh playground: a paused holder's write is
     /// fenced off, and a shard moved to another region hands out larger tokens.
     ///
     /// Example: holdfast demo --base-port 7600
@@ -123,5 +124,35 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+    use std::collections::BTreeSet;
+
+    fn envs(cmd: &clap::Command, out: &mut BTreeSet<String>) {
+        for a in cmd.get_arguments() {
+            // Only HOLDFAST_* can be mistaken for a server setting ($USER cannot).
+            if let Some(e) = a.get_env().map(|e| e.to_string_lossy().into_owned()).filter(|e| e.starts_with("HOLDFAST_")) {
+                out.insert(e);
+            }
+        }
+        for s in cmd.get_subcommands() {
+            envs(s, out);
+        }
+    }
+
+    /// Server loaders skip exactly the variables the command line reads: a new flag
+    /// with an `env` must be added to `CLI_ONLY_ENV`, or exporting it for the CLI
+    /// would break (or silently change) every server started from that shell.
+    #[test]
+    fn every_variable_the_cli_reads_is_skipped_by_server_loaders() {
+        let mut read = BTreeSet::new();
+        envs(&Cli::command(), &mut read);
+        let skipped: BTreeSet<String> = holdfast_core::CLI_ONLY_ENV.iter().map(|s| s.to_string()).collect();
+        assert_eq!(read, skipped, "the CLI's env vars and holdfast_core::CLI_ONLY_ENV differ");
     }
 }

@@ -2,18 +2,18 @@
 //! `HOLDFAST_ENDPOINT`, default the playground's east gateway 127.0.0.1:7000), with
 //! `-o table|json`. JSON is for scripts (one document per command); tables for people.
 
+use crate::client::{locks, registry};
+use crate::remote::{self, Remote};
 use clap::{Args, Subcommand, ValueEnum};
-use holdfast_proto::admin::v1 as apb;
+use holdfast_proto::json::{session_hex, BrokenView, SessionInfoView};
 use holdfast_proto::lock::v1 as pb;
-use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::raft::v1 as raftpb;
 use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
 use holdfast_proto::registry::v1 as rpb;
-use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
-use holdfast_proto::status::code_of;
+use holdfast_rpc::CallContext;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Duration;
-use tonic::transport::Channel;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Output {
@@ -24,12 +24,19 @@ pub enum Output {
 /// Where to send the command and how to print the answer.
 #[derive(Debug, Args, Clone)]
 pub struct Gw {
-    /// A gateway's gRPC address.
+    /// Gateways' gRPC addresses, comma-separated (names or IPs; one that does not
+    /// answer is skipped).
     #[arg(long, env = "HOLDFAST_ENDPOINT", default_value = "127.0.0.1:7000")]
     pub endpoint: String,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: Output,
+}
+
+impl Gw {
+    pub fn remote(&self) -> Result<Remote, String> {
+        Remote::new(&self.endpoint)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -54,7 +61,7 @@ pub struct ShardSel {
 
 impl ShardSel {
     fn shard_ref(&self) -> Option<pb::ShardRef> {
-        Some(pb::ShardRef { ns: self.ns.clone(), shard: self.shard.clone(), epoch: 0 })
+        Some(pb::ShardRef::named(self.ns.clone(), self.shard.clone()))
     }
 }
 
@@ -123,38 +130,17 @@ pub enum ClusterCmd {
     },
 }
 
-/// A connection to one endpoint (`host:port`), or a one-line error.
-pub(crate) async fn channel(endpoint: &str) -> Result<Channel, String> {
-    Channel::from_shared(format!("http://{endpoint}"))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(3))
-        .connect()
-        .await
-        .map_err(|e| format!("cannot reach {endpoint}: {e}"))
-}
-
-/// `CODE: message`, the one-line error of every command.
-pub fn failed(s: tonic::Status) -> String {
-    format!("{}: {}", code_of(&s).map_or("UNAVAILABLE", |c| c.as_str()), s.message())
-}
-
-pub async fn registry(gw: &Gw) -> Result<RegistryServiceClient<Channel>, String> {
-    Ok(RegistryServiceClient::new(channel(&gw.endpoint).await?))
-}
-
-pub async fn locks(gw: &Gw) -> Result<LockServiceClient<Channel>, String> {
-    Ok(LockServiceClient::new(channel(&gw.endpoint).await?))
-}
-
-/// Prints `v` as JSON, or as a table: an array of objects becomes rows under the
-/// keys of its first object; an object becomes `key  value` lines.
-/// Prints the answer. A closed stdout (`holdfast shard list | head`) is not an error
+/// Prints the answer as JSON (the typed shapes of `holdfast_proto::json`, the same the
+/// HTTP API answers), or as a table: an array of objects becomes rows under the keys of
+/// its first object (scalar columns only: `-o json` has the rest); an object becomes
+/// `key  value` lines. A closed stdout (`holdfast shard list | head`) is not an error
 /// worth a panic: the reader has what it wanted.
-pub fn emit(output: Output, v: &Value) {
+pub fn emit(output: Output, answer: &impl Serialize) {
     use std::io::Write as _;
+    let v = serde_json::to_value(answer).expect("answers serialize");
     let text = match output {
-        Output::Json => format!("{}\n", serde_json::to_string_pretty(v).expect("json")),
-        Output::Table => table(v),
+        Output::Json => format!("{}\n", serde_json::to_string_pretty(&v).expect("json")),
+        Output::Table => table(&v),
     };
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
@@ -163,6 +149,7 @@ fn cell(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => "-".into(),
+        Value::Array(a) if a.iter().all(|x| !x.is_object() && !x.is_array()) => a.iter().map(cell).collect::<Vec<_>>().join(","),
         other => other.to_string(),
     }
 }
@@ -171,7 +158,8 @@ fn table(v: &Value) -> String {
     match v {
         Value::Array(rows) if rows.is_empty() => "(none)\n".into(),
         Value::Array(rows) => {
-            let keys: Vec<String> = rows[0].as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+            let scalar = |v: &Value| !matches!(v, Value::Object(_)) && !v.as_array().is_some_and(|a| a.iter().any(|x| x.is_object()));
+            let keys: Vec<String> = rows[0].as_object().map(|o| o.iter().filter(|(_, v)| scalar(v)).map(|(k, _)| k.clone()).collect()).unwrap_or_default();
             let cells: Vec<Vec<String>> = rows.iter().map(|r| keys.iter().map(|k| cell(&r[k])).collect()).collect();
             let widths: Vec<usize> = keys.iter().enumerate().map(|(i, k)| cells.iter().map(|r| r[i].len()).chain([k.len()]).max().unwrap_or(0)).collect();
             let line =
@@ -190,25 +178,9 @@ fn table(v: &Value) -> String {
     }
 }
 
-pub fn namespace_json(c: &apb::NamespaceConfig) -> Value {
-    let intent = match pb::Intent::try_from(c.intent) {
-        Ok(pb::Intent::Efficiency) => "efficiency",
-        Ok(pb::Intent::Leadership) => "leadership",
-        _ => "correctness",
-    };
-    let posture = if c.posture == pb::Posture::FailOpen as i32 { "fail-open" } else { "fail-closed" };
-    json!({ "name": c.name, "owner": c.owner, "intent": intent, "posture": posture, "ttl_min_ms": c.ttl_min_ms,
-            "ttl_max_ms": c.ttl_max_ms, "lock_delay_ms": c.lock_delay_ms, "version": c.version })
-}
-
-pub fn owner_json(o: &rpb::ShardOwner) -> Value {
-    let state = if o.state == rpb::ShardState::Moving as i32 { format!("moving to {}", o.to_cell) } else { "active".into() };
-    json!({ "ns": o.ns, "shard": o.shard, "region": o.region, "cell": o.cell, "epoch": o.epoch, "state": state })
-}
-
 pub async fn region(cmd: RegionCmd) -> Result<(), String> {
     let RegionCmd::List { gw } = cmd;
-    let r = registry(&gw).await?.list_regions(rpb::ListRegionsRequest {}).await.map_err(failed)?.into_inner();
+    let r = gw.remote()?.call(|ch| registry(ch, rpb::ListRegionsRequest {}, |mut c, r| async move { c.list_regions(r).await })).await?;
     let rows: Vec<Value> = r
         .regions
         .iter()
@@ -218,7 +190,7 @@ pub async fn region(cmd: RegionCmd) -> Result<(), String> {
             json!({ "region": g.region, "state": state })
         })
         .collect();
-    emit(gw.output, &Value::Array(rows));
+    emit(gw.output, &rows);
     Ok(())
 }
 
@@ -233,18 +205,14 @@ fn session_id(s: &str) -> Result<u64, String> {
 pub async fn session(cmd: SessionCmd) -> Result<(), String> {
     match cmd {
         SessionCmd::List { gw, at } => {
-            let r = locks(&gw).await?.list_sessions(pb::ListSessionsRequest { shard: at.shard_ref() }).await.map_err(failed)?.into_inner();
-            let rows: Vec<Value> = r
-                .sessions
-                .iter()
-                .map(|s| json!({ "session": format!("{:#018x}", s.session_id), "ttl_ms": s.ttl_ms, "label": s.client_label, "holds": s.holds, "waits": s.waits }))
-                .collect();
-            emit(gw.output, &Value::Array(rows));
+            let req = pb::ListSessionsRequest { shard: at.shard_ref() };
+            let r = gw.remote()?.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.list_sessions(r).await })).await?;
+            emit(gw.output, &r.sessions.iter().map(|s| SessionInfoView::from_pb(s, session_hex)).collect::<Vec<_>>());
         }
         SessionCmd::Close { gw, at, id } => {
-            let session_id = session_id(&id)?;
-            locks(&gw).await?.close_session(pb::CloseSessionRequest { session_id, shard: at.shard_ref() }).await.map_err(failed)?;
-            emit(gw.output, &json!({ "closed": format!("{session_id:#018x}") }));
+            let req = pb::CloseSessionRequest { session_id: session_id(&id)?, shard: at.shard_ref() };
+            gw.remote()?.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.close_session(r).await })).await?;
+            emit(gw.output, &json!({ "closed": session_hex(req.session_id) }));
         }
     }
     Ok(())
@@ -255,22 +223,21 @@ pub async fn admin(cmd: AdminCmd) -> Result<(), String> {
     if reason.trim().is_empty() {
         return Err("--reason must say why: it goes to the audit record".into());
     }
-    let mut req = tonic::Request::new(pb::BreakLockRequest { shard: at.shard_ref(), name: name.clone(), reason });
-    if let Ok(v) = by.parse() {
-        req.metadata_mut().insert("holdfast-identity", v);
-    }
-    let r = locks(&gw).await?.break_lock(req).await.map_err(failed)?.into_inner();
-    emit(gw.output, &json!({ "lock": name, "new_floor": r.new_floor.to_string(), "by": by }));
+    let req = pb::BreakLockRequest { shard: at.shard_ref(), name: name.clone(), reason };
+    let ctx = CallContext::default().acting_for(by.clone());
+    // Not retried blindly: a second break would raise the floor again.
+    let r = gw.remote()?.once(|ch| locks(ch, ctx.request(req.clone()), |mut c, r| async move { c.break_lock(r).await })).await?;
+    emit(gw.output, &BrokenView { lock: name, new_floor: r.new_floor.to_string(), by });
     Ok(())
 }
 
 /// A Raft node's RaftAdmin Metrics, within 2 s.
 async fn raft_metrics(raft_addr: &str) -> Result<raftpb::MetricsResponse, String> {
-    let mut admin = RaftAdminClient::new(channel(raft_addr).await?);
+    let mut admin = RaftAdminClient::new(remote::connect(raft_addr).await?);
     tokio::time::timeout(Duration::from_secs(2), admin.metrics(raftpb::MetricsRequest {}))
         .await
         .map_err(|_| format!("no answer from {raft_addr}"))?
-        .map_err(failed)
+        .map_err(|s| holdfast_rpc::status::one_line(&s))
         .map(tonic::Response::into_inner)
 }
 
@@ -322,7 +289,7 @@ async fn registry_rows(seeds: &[String]) -> Vec<Value> {
 pub async fn cluster(cmd: ClusterCmd) -> Result<(), String> {
     let ClusterCmd::Status { gw, registry_raft } = cmd;
     let seeds: Vec<String> = registry_raft.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
-    let cells = registry(&gw).await?.list_cells(rpb::ListCellsRequest { region: String::new() }).await.map_err(failed)?.into_inner().cells;
+    let cells = gw.remote()?.call(|ch| registry(ch, rpb::ListCellsRequest::default(), |mut c, r| async move { c.list_cells(r).await })).await?.cells;
     let mut rows = registry_rows(&seeds).await;
     for c in &cells {
         for m in &c.members {
@@ -330,7 +297,7 @@ pub async fn cluster(cmd: ClusterCmd) -> Result<(), String> {
             rows.push(node_row("cell", Some(&c.cell), Some(&c.region), Some(m.node_id), &m.raft_addr, &metrics));
         }
     }
-    emit(gw.output, &Value::Array(rows));
+    emit(gw.output, &rows);
     if seeds.is_empty() && matches!(gw.output, Output::Table) {
         eprintln!("(registry voters not shown: pass --registry-raft <a voter's Raft address>)");
     }

@@ -34,6 +34,9 @@ pub async fn run(cmd: RegistryCmd) -> Result<(), String> {
 
 async fn run_node(a: RunArgs) -> Result<(), String> {
     let cfg = RegistryConfig::load(a.node.config(), &a.node.overrides([])).map_err(|e| e.to_string())?;
+    if a.node.print_config() {
+        return crate::serve::print_config(&cfg);
+    }
     let server = RegistryServer::bind(&cfg).await.map_err(|e| format!("cannot start the registry node: {e}"))?;
     println!("registry node {} up: raft {} client {}", cfg.node_id, server.raft_addr(), server.client_addr());
     until_signal(server.shutdown()).await;

@@ -48,6 +48,10 @@ pub struct NodeArgs {
     /// The region this node runs in.
     #[arg(long)]
     region: Option<String>,
+    /// Print the configuration this node would run with (defaults, file, `HOLDFAST_*`
+    /// environment, flags), as JSON, and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 impl NodeArgs {
@@ -65,6 +69,18 @@ impl NodeArgs {
             ("region", self.region.clone()),
         ];
         overrides(own.into_iter().chain(more))
+    }
+}
+
+/// `--print-config`: the effective configuration, as JSON.
+pub(crate) fn print_config(cfg: &impl serde::Serialize) -> Result<(), String> {
+    println!("{}", serde_json::to_string_pretty(cfg).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+impl NodeArgs {
+    pub fn print_config(&self) -> bool {
+        self.print_config
     }
 }
 
@@ -114,6 +130,9 @@ async fn run_node(a: RunArgs) -> Result<(), String> {
     let overrides =
         a.node.overrides([("cell", a.cell), ("registry_endpoints", a.registry), ("metrics_addr", a.metrics_addr), ("unsafe_plant", a.unsafe_plant)]);
     let cfg = CellConfig::load(a.node.config(), &overrides).map_err(|e| e.to_string())?;
+    if a.node.print_config {
+        return print_config(&cfg);
+    }
     let server = CellServer::start(&cfg).await.map_err(|e| format!("cannot start the node: {e}"))?;
     println!("cell {} node {} up: raft {} client {}", cfg.cell, cfg.node_id, server.raft_addr(), server.client_addr());
     until_signal(server.shutdown()).await;
@@ -138,7 +157,7 @@ fn second_signal_exits() {
     });
 }
 
-/// SIGINT or SIGTERM, whichever comes first (FIELD-NOTES: SIGTERM must be handled).
+/// SIGINT or SIGTERM, whichever comes first (docs/development.md: SIGTERM must be handled).
 pub(crate) async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
@@ -149,7 +168,7 @@ pub(crate) async fn wait_for_signal() {
 }
 
 pub(crate) async fn admin(endpoint: &str) -> Result<RaftAdminClient<tonic::transport::Channel>, String> {
-    Ok(RaftAdminClient::new(crate::ops::channel(endpoint).await?))
+    Ok(RaftAdminClient::new(crate::remote::connect(endpoint).await?))
 }
 
 async fn init(a: InitArgs) -> Result<(), String> {

@@ -1,4 +1,4 @@
-//! `holdfast demo` runs the seed's timeline on a fresh playground and passes.
+//! `holdfast demo` runs the timeline of docs/design.md on a fresh playground and passes.
 
 use std::process::Command;
 

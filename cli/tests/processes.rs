@@ -56,7 +56,7 @@ impl ProcCell {
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("node-{id}")))
                 .args(["--raft-addr", "127.0.0.1:0", "--client-addr", "127.0.0.1:0"])
-                // 2 cores, 3 processes: FIELD-NOTES timings.
+                // 2 cores, 3 processes: the timings of docs/development.md.
                 .env("HOLDFAST_HEARTBEAT_MS", "100")
                 .env("HOLDFAST_ELECTION_MIN_MS", "1000")
                 .env("HOLDFAST_ELECTION_MAX_MS", "2000")
@@ -102,7 +102,7 @@ impl ProcCell {
     }
 
     async fn metrics(&self, n: &Node) -> Option<rpb::MetricsResponse> {
-        let ch = Channel::from_shared(format!("http://{}", n.raft)).unwrap().connect_timeout(Duration::from_millis(500)).connect().await.ok()?;
+        let ch = holdfast_rpc::Transport::default().connect(&n.raft).await.ok()?;
         let mut admin = RaftAdminClient::new(ch);
         tokio::time::timeout(Duration::from_millis(500), admin.metrics(rpb::MetricsRequest {})).await.ok()?.ok().map(|r| r.into_inner())
     }
@@ -137,7 +137,7 @@ impl ProcCell {
     }
 
     async fn client(&self, id: u64) -> LockServiceClient<Channel> {
-        LockServiceClient::new(Channel::from_shared(format!("http://{}", self.node(id).client)).unwrap().connect().await.unwrap())
+        LockServiceClient::new(holdfast_rpc::Transport::default().connect(&self.node(id).client).await.unwrap())
     }
 
     fn signal(&self, id: u64, sig: &str) {
@@ -150,7 +150,7 @@ fn shard() -> Option<pb::ShardRef> {
 }
 
 fn code(s: &tonic::Status) -> String {
-    s.metadata().get("holdfast-code").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+    holdfast_rpc::status::code_of(s).map_or(String::new(), |c| c.as_str().to_owned())
 }
 
 async fn session(c: &mut LockServiceClient<Channel>, ttl_ms: u64) -> u64 {

@@ -1,7 +1,6 @@
 //! The SDK's errors, and the one place a gRPC status becomes one of them.
 
 use holdfast_core::{ErrorCode, NameError, SessionId};
-use holdfast_proto::status::{code_of, leader_of};
 use std::fmt;
 
 /// Why a session is lost. Once lost, a session stays lost: the worker must stop
@@ -86,21 +85,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Refused { code, .. } => code.is_retryable(),
-            Error::Transport { grpc, .. } => matches!(
-                grpc,
-                tonic::Code::Unavailable
-                    | tonic::Code::Unknown
-                    | tonic::Code::Cancelled
-                    | tonic::Code::DeadlineExceeded
-                    | tonic::Code::Internal
-                    | tonic::Code::Aborted
-            ),
+            Error::Transport { grpc, .. } => holdfast_rpc::status::is_transient(*grpc),
             Error::InvalidArgument(_) | Error::SessionLost { .. } => false,
         }
-    }
-
-    pub(crate) fn per_attempt_timeout(after: std::time::Duration) -> Error {
-        Error::Transport { grpc: tonic::Code::DeadlineExceeded, message: format!("no answer within {after:?}") }
     }
 }
 
@@ -110,46 +97,36 @@ impl From<NameError> for Error {
     }
 }
 
-/// A status as the SDK sees it: its error, and the leader hint it carried.
-pub(crate) struct Classified {
-    pub error: Error,
-    pub leader_hint: Option<String>,
-}
-
-/// The one mapping of gRPC statuses to [`Error`]s: a `holdfast-code` in metadata is
-/// the cell's answer; no code means the call never got a holdfast answer.
-pub(crate) fn classify(s: &tonic::Status) -> Classified {
-    let leader_hint = leader_of(s);
-    let error = match code_of(s) {
-        Some(code) => Error::Refused { code, message: s.message().to_owned() },
-        None => Error::Transport { grpc: s.code(), message: s.message().to_owned() },
-    };
-    Classified { error, leader_hint }
+impl From<holdfast_rpc::CallError> for Error {
+    /// The one mapping of a failed call to an SDK error: a stable code is the cell's
+    /// answer; anything else means the call never got one.
+    fn from(e: holdfast_rpc::CallError) -> Error {
+        match e {
+            holdfast_rpc::CallError::Refused { code, status } => Error::Refused { code, message: status.message().to_owned() },
+            holdfast_rpc::CallError::Failed(s) => Error::Transport { grpc: s.code(), message: s.message().to_owned() },
+            holdfast_rpc::CallError::Unreachable(message) => Error::Transport { grpc: tonic::Code::Unavailable, message },
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_proto::status::{CODE_METADATA, LEADER_METADATA};
+    use holdfast_rpc::status::status;
+    use holdfast_rpc::CallError;
 
     #[test]
-    fn a_coded_status_is_the_cells_answer_and_carries_its_hint() {
-        let mut s = tonic::Status::unavailable("not me");
-        s.metadata_mut().insert(CODE_METADATA, "NOT_LEADER".parse().unwrap());
-        s.metadata_mut().insert(LEADER_METADATA, "127.0.0.1:7002".parse().unwrap());
-        let c = classify(&s);
-        assert_eq!(c.error.code(), Some(ErrorCode::NotLeader));
-        assert!(c.error.is_retryable());
-        assert_eq!(c.leader_hint.as_deref(), Some("127.0.0.1:7002"));
+    fn a_coded_answer_is_the_cells_and_judged_by_its_code() {
+        let e = Error::from(CallError::Refused { code: ErrorCode::NotLeader, status: status(ErrorCode::NotLeader, "not me") });
+        assert_eq!(e.code(), Some(ErrorCode::NotLeader));
+        assert!(e.is_retryable());
+        let held = Error::from(CallError::Refused { code: ErrorCode::LockHeld, status: status(ErrorCode::LockHeld, "held") });
+        assert!(!held.is_retryable(), "a coded answer is judged by its code");
     }
 
     #[test]
-    fn an_uncoded_status_is_transport_and_retryable_only_when_transient() {
-        assert!(classify(&tonic::Status::unavailable("connection refused")).error.is_retryable());
-        assert!(classify(&tonic::Status::unknown("h2 reset")).error.is_retryable());
-        assert!(!classify(&tonic::Status::unimplemented("no such service")).error.is_retryable());
-        let mut held = tonic::Status::aborted("held");
-        held.metadata_mut().insert(CODE_METADATA, "LOCK_HELD".parse().unwrap());
-        assert!(!classify(&held).error.is_retryable(), "a coded answer is judged by its code");
+    fn no_answer_is_transport_and_retryable_only_when_transient() {
+        assert!(Error::from(CallError::Unreachable("connection refused".into())).is_retryable());
+        assert!(!Error::from(CallError::Failed(tonic::Status::unimplemented("no such service"))).is_retryable());
     }
 }

@@ -5,7 +5,7 @@ use crate::session::{Session, SessionOptions};
 use crate::Client;
 use tracing::{info, warn};
 
-/// A session that re-creates itself after its shard moves (DESIGN "Ownership"): when
+/// A session that re-creates itself after its shard moves (docs/design.md, "Ownership"): when
 /// the session is lost with [`LossReason::Moved`], the keeper creates a new one with
 /// the same options (through a gateway, it lands in the shard's new cell) and publishes
 /// it. Locks never carry over: they ended with `MOVED` and must be acquired again. Any
@@ -31,7 +31,7 @@ impl SessionKeeper {
                     return;
                 }
                 info!(old = %session.id(), shard = %session.shard(), "session's shard moved; creating a new session");
-                let mut backoff = crate::retry::Backoff::new(client.config().retry);
+                let mut backoff = holdfast_rpc::Backoff::new(client.config().retry);
                 session = loop {
                     match client.create_session(opts.clone()).await {
                         Ok(s) => break s,

@@ -1,10 +1,10 @@
 //! holdfast-client: the SDK for holdfast's lock API (`proto/holdfast/lock/v1`).
 //!
 //! What lives here:
-//! - [`Client`]: a connection to one cell (any node; it follows the
-//!   `holdfast-leader` hint on `NOT_LEADER` and moves to the next node on a
-//!   transport error), with retries by exponential backoff and full jitter
-//!   ([`RetryPolicy`], 50 ms → 2 s);
+//! - [`Client`]: a connection to one cell (any node) or to gateways, over a
+//!   [`Transport`] (connection pool, limits), with the wire edge's leader-following
+//!   (`NOT_LEADER` hints, the next node on a transport error) and retries by
+//!   exponential backoff and full jitter ([`RetryPolicy`], 50 ms → 2 s);
 //! - [`Session`]: a lease renewed every TTL/3 by a background task, which reports
 //!   itself lost ([`Session::lost`], [`Session::loss_token`], [`Session::is_lost`])
 //!   when no renewal has been confirmed within 2/3 of the TTL — before the cell can
@@ -17,7 +17,7 @@
 //!
 //! What does not: the fencing check itself (the resource's: `holdfast-fence`, kept
 //! out of this crate so RocksDB never reaches a client), placement lookups and the
-//! gateway, and anything of the servers. `docs/sdk.md` says how to use it.
+//! gateway, how bytes travel (`holdfast-rpc`), and anything of the servers. `docs/sdk.md` says how to use it.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), holdfast_client::Error> {
@@ -43,15 +43,13 @@ mod client;
 mod error;
 mod keeper;
 mod lock;
-mod retry;
 mod session;
-pub mod upstream;
 
 pub use client::{Client, ClientConfig};
 pub use error::{Error, LossReason};
+pub use holdfast_rpc::{RetryPolicy, Transport, TransportOptions};
 pub use keeper::SessionKeeper;
 pub use lock::Lock;
-pub use retry::RetryPolicy;
 pub use session::{AcquireOptions, Session, SessionOptions};
 
 pub use holdfast_core::{ErrorCode, FencingToken, LockName, Mode, SessionId, ShardKey};

@@ -1,7 +1,7 @@
 //! [`Session`]: a lease in one cell, renewed by a background task, with a loss signal
 //! that fires **before** the cell can expire the lease.
 //!
-//! The deadline arithmetic (DESIGN.md, "Lock semantics"): the cell answers each
+//! The deadline arithmetic (docs/sessions.md): the cell answers each
 //! renewal with `ttl_remaining`; the SDK counts it from when it **sent** that renewal,
 //! on its own monotonic clock, so its deadline is never later than the cell's
 //! (`sent <= confirmed`). It renews every TTL/3 and declares the session lost at
@@ -9,19 +9,18 @@
 //! was sent — leaving the worker a third of the TTL to stop before the cell may
 //! expire the session and grant its locks to someone else.
 
-use crate::client::{Client, Next};
+use crate::client::Client;
 use crate::error::{Error, LossReason};
 use crate::lock::Lock;
-use crate::retry::Backoff;
 use holdfast_core::metric_names::{LEASE_EXPIRED_WHILE_HELD, RENEW_FAILURES};
 use holdfast_core::{validate_value, ErrorCode, FencingToken, LockName, Mode, NamespaceName, RequestId, SessionId, ShardKey, ShardName};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
+use holdfast_rpc::{Backoff, Channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 use tracing::{debug, info, warn, Instrument};
 
 /// What [`Client::create_session`] creates.
@@ -52,7 +51,7 @@ impl SessionOptions {
     /// been called for `timeout`, the SDK stops renewing, the session is reported lost
     /// (`NoProgress`) at most 2/3 TTL after the last renewal, and the cell expires it
     /// at its TTL. A renewal task proves the process is alive, not that the work is
-    /// moving (the seed's stuck-I/O holder). Unset: renew unconditionally.
+    /// moving (the stuck holder of docs/design.md). Unset: renew unconditionally.
     pub fn progress_timeout(mut self, timeout: Duration) -> SessionOptions {
         self.progress_timeout = Some(timeout);
         self
@@ -483,7 +482,6 @@ async fn renew_loop(s: Arc<Shared>, stop: CancellationToken, created: Instant) {
     let period = s.ttl / 3 - s.ttl / 60;
     let cfg = *s.client.config();
     let mut backoff = Backoff::new(cfg.retry);
-    let mut hops = 0;
     let mut next = created + period;
     let ns = s.shard.ns.as_str().to_owned();
     // The shard lets a gateway route the stream; its epoch lets the shard's next
@@ -530,20 +528,19 @@ async fn renew_loop(s: Arc<Shared>, stop: CancellationToken, created: Instant) {
         }
         s.state().stalled = false;
         let timeout = cfg.request_timeout.min(lose_at.saturating_duration_since(now)).max(Duration::from_millis(1));
-        let sent = Instant::now();
         let outcome = tokio::select! {
             biased;
             _ = stop.cancelled() => break,
             _ = s.lost.cancelled() => return,
-            r = s.client.attempt(timeout, &mut keepalive, &mut hops) => r,
+            r = s.client.attempt(timeout, lose_at, &mut keepalive) => r,
         };
         match outcome {
-            Ok(resp) => {
+            Ok((resp, sent)) => {
                 s.renewed(sent, Duration::from_millis(resp.ttl_remaining_ms));
                 backoff.reset();
                 next = sent + period;
             }
-            Err((e, how)) => {
+            Err(e) => {
                 metrics::counter!(RENEW_FAILURES, "ns" => ns.clone()).increment(1);
                 match e.code() {
                     Some(ErrorCode::SessionExpired | ErrorCode::UnknownSession) => {
@@ -566,10 +563,7 @@ async fn renew_loop(s: Arc<Shared>, stop: CancellationToken, created: Instant) {
                 // The usual backoff, but never so long that the window closes between
                 // two attempts: a new leader must get a few tries before the deadline.
                 let now = Instant::now();
-                let delay = match how {
-                    Next::Now => Duration::ZERO,
-                    Next::Backoff => backoff.next_delay().min(s.lose_at().saturating_duration_since(now) / 4),
-                };
+                let delay = backoff.next_delay().min(s.lose_at().saturating_duration_since(now) / 4);
                 next = now + delay;
             }
         }

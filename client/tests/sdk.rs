@@ -16,7 +16,7 @@ fn opts(ttl: Duration) -> SessionOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewing_session_outlives_its_ttl_and_reacquire_gets_a_larger_token() {
-    let _g = serial();
+    let _g = serial().await;
     let cell = TestCell::start(0).await;
     let client = Client::connect(&cell.endpoints()).await.unwrap();
     // 3 s, not 2: the window between renewals (TTL/3) must absorb a slow commit on a
@@ -63,7 +63,7 @@ async fn renewing_session_outlives_its_ttl_and_reacquire_gets_a_larger_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zombie_holder_is_told_before_expiry_and_its_stale_write_is_fenced() {
-    let _g = serial();
+    let _g = serial().await;
     let cell = TestCell::start(0).await;
     let client = Client::connect(&cell.endpoints()).await.unwrap();
     let ttl = Duration::from_secs(2);
@@ -107,7 +107,7 @@ async fn zombie_holder_is_told_before_expiry_and_its_stale_write_is_fenced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_retried_across_a_leader_kill_never_grants_twice() {
-    let _g = serial();
+    let _g = serial().await;
     let mut cell = TestCell::start(0).await;
     let client = Client::connect(&cell.endpoints()).await.unwrap();
     // The SDK keeps a session through an outage of at most 2/3 TTL minus the time
@@ -148,7 +148,7 @@ async fn acquire_retried_across_a_leader_kill_never_grants_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_lock_is_released_without_waiting_for_the_ttl() {
-    let _g = serial();
+    let _g = serial().await;
     let cell = TestCell::start(0).await;
     let client = Client::connect(&cell.endpoints()).await.unwrap();
     let ttl = Duration::from_secs(3);

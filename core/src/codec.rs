@@ -1,5 +1,5 @@
 //! The framing of every persisted and replicated record: a 4-byte magic, a
-//! little-endian `u16` format version, then the bincode body (STYLE.md #13). The
+//! little-endian `u16` format version, then the bincode body (docs/development.md, rule 13). The
 //! magics and versions belong to the crates that own the records; only the framing
 //! lives here, so a snapshot, a log entry and an apply result are read the same way
 //! everywhere.

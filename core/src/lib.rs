@@ -16,6 +16,7 @@ pub mod metric_names;
 mod names;
 mod namespace;
 mod token;
+mod words;
 
 pub use error::{ErrorCode, GrpcCode};
 pub use ids::{NodeId, Revision, SessionId};
@@ -25,11 +26,13 @@ pub use names::{
 };
 pub use namespace::{ConfigError, Intent, NamespaceConfig, Posture, Quotas};
 pub use token::{Epoch, FencingToken, Seq, TokenError};
+pub use words::UnknownWord;
 
 use serde::{Deserialize, Serialize};
 
 /// How a lock is held: one exclusive holder, or many shared holders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Mode {
     Exclusive,
     Shared,
@@ -76,7 +79,10 @@ impl std::fmt::Display for EndReason {
     }
 }
 
-/// Environment variables the `holdfast` command line reads for itself (which server to
-/// talk to). Server configuration loaders skip them: they are not server settings, and
-/// a node's config refuses unknown keys.
-pub const CLI_ONLY_ENV: &[&str] = &["HOLDFAST_ENDPOINT", "HOLDFAST_RAFT_ENDPOINT"];
+/// Environment variables the `holdfast` command line reads for itself (which servers to
+/// talk to, which playground to drill). Server configuration loaders skip them: they are
+/// not server settings, and a node's config refuses unknown keys. None of them names a
+/// server setting (`HOLDFAST_<KEY>`), so exporting one never changes a server's
+/// configuration; the command line's tests check that this list is exactly the
+/// variables its flags read.
+pub const CLI_ONLY_ENV: &[&str] = &["HOLDFAST_ENDPOINT", "HOLDFAST_RAFT_ENDPOINT", "HOLDFAST_REGISTRY_RAFT", "HOLDFAST_PLAYGROUND"];

@@ -1,8 +1,8 @@
-//! Every metric name holdfast records, in one place. Names follow the seed (DESIGN.md,
-//! "Metrics"); the `holdfast_` ones are ours. Descriptions live with the recorder
+//! Every metric name holdfast records, in one place. Names follow docs/design.md
+//! ("Metrics"); the `holdfast_` ones are ours. Descriptions live with the recorder
 //! (`holdfast-telemetry`).
 
-// ---- the seed's names
+// ---- the names of docs/design.md
 pub const ACQUIRE_LATENCY: &str = "lock_acquire_latency_seconds";
 pub const ACQUIRE_ERRORS: &str = "lock_acquire_errors_total";
 pub const RENEW_FAILURES: &str = "lock_renew_failures_total";

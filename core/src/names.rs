@@ -10,7 +10,7 @@ pub const MAX_SHORT_NAME_BYTES: usize = 63;
 pub const MAX_LOCK_NAME_BYTES: usize = 512;
 /// A client's idempotency key for Acquire.
 pub const MAX_REQUEST_ID_BYTES: usize = 128;
-/// A holder's payload (address, identity): DESIGN.md says at most 1 KiB.
+/// A holder's payload (address, identity): docs/design.md ("API") says at most 1 KiB.
 pub const MAX_VALUE_BYTES: usize = 1024;
 
 /// Why a name was refused. Maps to `INVALID_ARGUMENT`.

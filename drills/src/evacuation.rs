@@ -313,18 +313,16 @@ impl Evacuation {
         } else if v.cell == s.from_cell {
             s.source_epoch = v.epoch;
             match (&v.moving_to, &s.state) {
-                (Some(to), ShardState::Pending | ShardState::Moving { .. }) if *to == s.to_cell => {
-                    // In flight: wait for the registry to finish it — or, after an
-                    // abort, make sure it is stopped (a repeated AbortMove is refused
-                    // harmlessly).
-                    // (A shard already Moving had its AbortMove sent by the abort.)
-                    if s.state == ShardState::Pending {
-                        s.state = ShardState::Moving { attempts: 1 };
-                        if aborted {
-                            actions.push(Action::AbortMove { ns: s.ns.clone(), shard: s.shard.clone(), epoch: v.epoch });
-                        }
+                // In flight: wait for the registry to finish it — or, after an abort,
+                // make sure it is stopped (a repeated AbortMove is refused harmlessly).
+                (Some(to), ShardState::Pending) if *to == s.to_cell => {
+                    s.state = ShardState::Moving { attempts: 1 };
+                    if aborted {
+                        actions.push(Action::AbortMove { ns: s.ns.clone(), shard: s.shard.clone(), epoch: v.epoch });
                     }
                 }
+                // Our own move, in flight (its AbortMove, if any, was sent by the abort).
+                (Some(to), ShardState::Moving { .. }) if *to == s.to_cell => {}
                 (Some(to), ShardState::Pending | ShardState::Moving { .. }) => {
                     s.state = ShardState::Failed { reason: format!("being moved to {to} by someone else") };
                 }

@@ -159,7 +159,7 @@ fn a_clean_history_has_no_violations() {
 fn planted_stale_write_is_found() {
     let l = lock("batch-9921");
     let mut r = clean();
-    // The unfenced ledger of seed 4.1: the zombie's write is accepted.
+    // The unfenced ledger of docs/design.md's zombie holder: the zombie's write is accepted.
     r.write(&l, tok(1, 50311), Answer::Ok);
     let report = check(&r.h);
     only(&report, ViolationKind::StaleWriteAccepted);

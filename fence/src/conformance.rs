@@ -33,7 +33,7 @@ fn stored(value: &[u8], token: u64) -> Option<Stored> {
     Some(Stored { value: value.to_vec(), token: FencingToken(token) })
 }
 
-/// The seed's timeline: A gets 33 and pauses, B gets 34 and writes, A wakes.
+/// The timeline of docs/design.md: A gets 33 and pauses, B gets 34 and writes, A wakes.
 fn zombie_holder_is_fenced(store: &dyn FencedStore) {
     let settle = lock("payments/default/settle:2026-10-01");
     let (a, b) = (FencingToken(33), FencingToken(34));

@@ -18,6 +18,10 @@ pub struct GatewayConfig {
     pub http_addr: String,
     /// Longest a graceful shutdown may take, ms. Default 5000.
     pub shutdown_deadline_ms: u64,
+    /// Transport settings (`[transport]`: timeouts, keepalive, message and concurrency
+    /// limits) of both ports and of every call to cells and the registry.
+    #[serde(default)]
+    pub transport: holdfast_rpc::TransportOptions,
 }
 
 pub use holdfast_settings::ConfigError;
@@ -51,10 +55,9 @@ impl GatewayConfig {
             }
         }
         for e in self.registry() {
-            if e.parse::<std::net::SocketAddr>().is_err() {
-                return bad(format!("registry endpoint {e:?} is not host:port with a numeric IP"));
-            }
+            holdfast_rpc::host_port(&e).map_err(|e| ConfigError::Invalid(format!("registry_endpoints: {e}")))?;
         }
+        self.transport.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

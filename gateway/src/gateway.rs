@@ -1,38 +1,44 @@
 //! What the gateway does with each call, once, for both fronts (gRPC in `grpc.rs`,
 //! HTTP/JSON in `http.rs`): validate the shard, apply the namespace's rate limit,
 //! route to the shard's cell, and apply the namespace's posture when the cell cannot
-//! be reached.
+//! be reached. Every method takes the call's [`CallContext`] — who calls, until when,
+//! in which trace — and passes it on to the cell or the registry.
 
 use crate::limits::Limits;
 use crate::placement::Placement;
-use crate::route::on_shard;
-use holdfast_client::upstream::{CallError, CALL_TIMEOUT};
+use crate::route::{at_owner, on_shard};
 use holdfast_core::metric_names as m;
-use holdfast_core::{ErrorCode, Posture, ShardKey};
+use holdfast_core::{ErrorCode, NamespaceConfig, Posture, ShardKey};
 use holdfast_proto::convert::shard_key;
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
-use holdfast_proto::status::status;
-use std::sync::Arc;
+use holdfast_rpc::status::status;
+use holdfast_rpc::{Budget, CallContext, CallError, Channel, Tasks};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tonic::transport::Channel;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tracing::warn;
 
 /// Extra time a queued acquire's call gets beyond its wait, for the grant to travel.
 const WAIT_GRACE: Duration = Duration::from_secs(2);
 
-/// The gateway's shared state: placement and limits. Cheap to clone.
+/// The gateway's shared state: placement, limits, and the tasks that forward renewal
+/// streams. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Gateway {
     pub placement: Arc<Placement>,
     limits: Arc<Limits>,
+    tasks: Tasks,
+    /// Default bound of one upstream attempt.
+    timeout: Duration,
 }
 
 fn invalid(msg: String) -> Status {
-    status(ErrorCode::InvalidArgument, msg, None)
+    status(ErrorCode::InvalidArgument, msg)
 }
 
 /// The shard a request names, validated.
@@ -41,94 +47,126 @@ pub fn shard_of(r: &Option<pb::ShardRef>) -> Result<ShardKey, Status> {
     shard_key(r.ns.clone(), r.shard.clone()).map_err(|e| invalid(e.to_string()))
 }
 
-/// The request's shard reference with the epoch this gateway believes in.
-fn with_epoch(key: &ShardKey, epoch: u32) -> Option<pb::ShardRef> {
-    Some(pb::ShardRef { ns: key.ns.to_string(), shard: key.shard.to_string(), epoch })
-}
-
 impl Gateway {
-    pub fn new(placement: Arc<Placement>) -> Gateway {
-        Gateway { placement, limits: Arc::new(Limits::default()) }
+    pub fn new(placement: Arc<Placement>, tasks: Tasks, timeout: Duration) -> Gateway {
+        Gateway { placement, limits: Arc::new(Limits::default()), tasks, timeout }
     }
 
-    async fn known_namespace(&self, key: &ShardKey) -> Result<holdfast_core::NamespaceConfig, Status> {
+    fn budget(&self, ctx: &CallContext) -> Budget {
+        Budget::per_attempt(ctx.budget(self.timeout))
+    }
+
+    async fn known_namespace(&self, key: &ShardKey) -> Result<NamespaceConfig, Status> {
         self.placement
             .namespace_or_refresh(&key.ns)
             .await
-            .ok_or_else(|| status(ErrorCode::UnknownNamespace, format!("namespace {} is not known to the registry", key.ns), None))
+            .ok_or_else(|| status(ErrorCode::UnknownNamespace, format!("namespace {} is not known to the registry", key.ns)))
     }
 
-    /// One unary LockService call for the shard its request names, carrying the epoch
-    /// this gateway believes in: the shared body of release, describe, list,
-    /// list_sessions and check_token.
-    async fn unary<Req, Resp, F, Fut>(&self, req: Req, shard: impl Fn(&mut Req) -> &mut Option<pb::ShardRef>, call: F) -> Result<Resp, Status>
+    /// One LockService call for the shard its request names, carrying the epoch this
+    /// gateway believes in: the shared body of every shard-addressed call.
+    async fn on_shard<Req, Resp, F, Fut>(
+        &self,
+        ctx: &CallContext,
+        budget: Budget,
+        req: Req,
+        shard: impl Fn(&mut Req) -> &mut Option<pb::ShardRef>,
+        call: F,
+    ) -> Result<Resp, CallError>
     where
         Req: Clone,
-        F: Fn(LockServiceClient<Channel>, Req) -> Fut,
+        F: Fn(LockServiceClient<Channel>, tonic::Request<Req>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
         let mut probe = req.clone();
-        let key = shard_of(shard(&mut probe))?;
-        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
+        let key = shard_of(shard(&mut probe)).map_err(|s| CallError::Refused { code: ErrorCode::InvalidArgument, status: s })?;
+        on_shard(&self.placement, &key, budget, |ch, o| {
             let mut req = req.clone();
-            *shard(&mut req) = with_epoch(&key, o.epoch);
-            call(LockServiceClient::new(ch), req)
+            *shard(&mut req) = Some(pb::ShardRef::from(&key).at(o.epoch));
+            call(LockServiceClient::new(ch), ctx.request(req))
         })
         .await
-        .map_err(CallError::into_status)
     }
 
-    pub async fn create_session(&self, req: pb::CreateSessionRequest) -> Result<pb::CreateSessionResponse, Status> {
-        let key = shard_of(&req.shard)?;
-        self.known_namespace(&key).await?;
-        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
-            let mut req = req.clone();
-            req.shard = with_epoch(&key, o.epoch);
-            async move { LockServiceClient::new(ch).create_session(req).await }
-        })
-        .await
-        .map_err(CallError::into_status)
-    }
-
-    /// One renewal, for the HTTP front (gRPC forwards whole streams).
-    pub async fn keep_alive_once(&self, key: &ShardKey, session_id: u64) -> Result<pb::KeepAliveResponse, Status> {
-        let first = pb::KeepAliveRequest { session_id, shard: Some(pb::ShardRef { ns: key.ns.to_string(), shard: key.shard.to_string(), epoch: 0 }) };
-        let mut stream = self.keep_alive_stream(key, || Some(tokio_stream::iter(vec![first.clone()]))).await?;
-        stream.message().await?.ok_or_else(|| status(ErrorCode::Unavailable, "the cell ended the renewal stream".into(), None))
-    }
-
-    /// Opens a KeepAlive stream at the shard's cell, fed by what `requests` makes for
-    /// each attempt. A live client stream can be handed over only once: its factory
-    /// returns `None` the second time, and the caller hears `UNAVAILABLE` (retry).
-    pub async fn keep_alive_stream<S>(&self, key: &ShardKey, requests: impl Fn() -> Option<S>) -> Result<Streaming<pb::KeepAliveResponse>, Status>
+    /// [`Gateway::on_shard`] with the default budget, its failure as a status.
+    async fn unary<Req, Resp, F, Fut>(
+        &self,
+        ctx: &CallContext,
+        req: Req,
+        shard: impl Fn(&mut Req) -> &mut Option<pb::ShardRef>,
+        call: F,
+    ) -> Result<Resp, Status>
     where
-        S: tokio_stream::Stream<Item = pb::KeepAliveRequest> + Send + 'static,
+        Req: Clone,
+        F: Fn(LockServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<Resp>, Status>>,
     {
-        on_shard(&self.placement, key, CALL_TIMEOUT, |ch, _| {
-            let reqs = requests();
-            async move {
-                match reqs {
-                    Some(r) => LockServiceClient::new(ch).keep_alive(r).await,
-                    None => Err(status(ErrorCode::Unavailable, "the renewal stream went to a node that was not the leader; renew again".into(), None)),
-                }
-            }
-        })
-        .await
-        .map_err(CallError::into_status)
+        self.on_shard(ctx, self.budget(ctx), req, shard, call).await.map_err(CallError::into_status)
     }
 
-    pub async fn close_session(&self, key: &ShardKey, session_id: u64) -> Result<pb::CloseSessionResponse, Status> {
-        on_shard(&self.placement, key, CALL_TIMEOUT, |ch, _| async move {
-            let shard = Some(pb::ShardRef { ns: key.ns.to_string(), shard: key.shard.to_string(), epoch: 0 });
-            LockServiceClient::new(ch).close_session(pb::CloseSessionRequest { session_id, shard }).await
+    pub async fn create_session(&self, ctx: &CallContext, req: pb::CreateSessionRequest) -> Result<pb::CreateSessionResponse, Status> {
+        self.known_namespace(&shard_of(&req.shard)?).await?;
+        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.create_session(r).await }).await
+    }
+
+    /// Opens a KeepAlive stream at the shard's cell: `first` (which names the shard)
+    /// is sent on every attempt, since the cell answers it before it accepts the stream
+    /// (a follower's `NOT_LEADER` is followed like any other call's); once a leader
+    /// accepted, the rest of the client's stream, if any, is forwarded to it.
+    pub async fn keep_alive(
+        &self,
+        ctx: &CallContext,
+        first: pb::KeepAliveRequest,
+        rest: Option<Streaming<pb::KeepAliveRequest>>,
+    ) -> Result<Streaming<pb::KeepAliveResponse>, Status> {
+        let key =
+            shard_of(&first.shard).map_err(|_| status(ErrorCode::InvalidArgument, "through a gateway, the first KeepAlive message must name its shard"))?;
+        // The sender of the attempt that got through: the rest is forwarded into it.
+        let accepted: Mutex<Option<mpsc::Sender<pb::KeepAliveRequest>>> = Mutex::new(None);
+        let stream = at_owner(&self.placement, &key, self.budget(ctx), |ch, _| {
+            let (tx, rx) = mpsc::channel(16);
+            let _ = tx.try_send(first.clone());
+            *accepted.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+            let req = ctx.request(ReceiverStream::new(rx));
+            async move { LockServiceClient::new(ch).keep_alive(req).await }
         })
         .await
-        .map_err(CallError::into_status)
+        .map_err(CallError::into_status)?;
+        let tx = accepted.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some(mut inbound), Some(tx)) = (rest, tx) {
+            self.tasks.spawn("renewal forwarder", async move {
+                loop {
+                    let m = tokio::select! {
+                        m = inbound.message() => m,
+                        _ = tx.closed() => return,
+                    };
+                    let Ok(Some(m)) = m else { return };
+                    if tx.send(m).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Ok(stream)
+    }
+
+    /// One renewal, for the HTTP front.
+    pub async fn keep_alive_once(&self, ctx: &CallContext, key: &ShardKey, session_id: u64) -> Result<pb::KeepAliveResponse, Status> {
+        let first = pb::KeepAliveRequest { session_id, shard: Some(pb::ShardRef::from(key)) };
+        let mut stream = self.keep_alive(ctx, first, None).await?;
+        stream.message().await?.ok_or_else(|| status(ErrorCode::Unavailable, "the cell ended the renewal stream"))
+    }
+
+    pub async fn close_session(&self, ctx: &CallContext, req: pb::CloseSessionRequest) -> Result<pb::CloseSessionResponse, Status> {
+        if req.shard.is_none() {
+            return Err(invalid("through a gateway, CloseSession must name its shard".into()));
+        }
+        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.close_session(r).await }).await
     }
 
     /// Acquire: rate limit, `MOVING` while the shard drains, route, and the posture
     /// when the cell cannot be reached.
-    pub async fn acquire(&self, req: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
+    pub async fn acquire(&self, ctx: &CallContext, req: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
         let key = shard_of(&req.shard)?;
         let config = self.known_namespace(&key).await?;
         if !self.limits.admit(&key.ns, config.quotas.acquires_per_second, Instant::now()) {
@@ -136,19 +174,14 @@ impl Gateway {
             return Err(status(
                 ErrorCode::RateLimited,
                 format!("namespace {} is at its limit of {} acquires/s; retry with backoff", key.ns, config.quotas.acquires_per_second),
-                None,
             ));
         }
         if self.placement.owner(&key).is_some_and(|o| o.draining) {
-            return Err(status(ErrorCode::Moving, format!("shard {key} is moving to another cell; retry shortly"), None));
+            return Err(status(ErrorCode::Moving, format!("shard {key} is moving to another cell; retry shortly")));
         }
-        let budget = Duration::from_millis(req.wait_timeout_ms) + WAIT_GRACE;
-        let routed = on_shard(&self.placement, &key, budget.max(CALL_TIMEOUT), |ch, o| {
-            let mut req = req.clone();
-            req.shard = with_epoch(&key, o.epoch);
-            async move { LockServiceClient::new(ch).acquire(req).await }
-        })
-        .await;
+        let wait = Duration::from_millis(req.wait_timeout_ms) + WAIT_GRACE;
+        let budget = Budget::per_attempt(ctx.budget(wait.max(self.timeout)));
+        let routed = self.on_shard(ctx, budget, req, |r| &mut r.shard, |mut c, r| async move { c.acquire(r).await }).await;
         match routed {
             Ok(r) => Ok(r),
             Err(CallError::Unreachable(why)) if config.posture == Posture::FailOpen => {
@@ -157,74 +190,58 @@ impl Gateway {
                 Ok(pb::AcquireResponse { token: 0, ttl_remaining_ms: 0, epoch: 0, unfenced: true })
             }
             Err(CallError::Unreachable(why)) => {
-                Err(status(ErrorCode::Unavailable, format!("the cell serving {key} cannot be reached ({why}); namespace {} is fail-closed", key.ns), None))
+                Err(status(ErrorCode::Unavailable, format!("the cell serving {key} cannot be reached ({why}); namespace {} is fail-closed", key.ns)))
             }
-            Err(CallError::Answered(s)) => Err(s),
+            Err(e) => Err(e.into_status()),
         }
     }
 
-    pub async fn release(&self, req: pb::ReleaseRequest) -> Result<pb::ReleaseResponse, Status> {
-        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.release(r).await }).await
+    pub async fn release(&self, ctx: &CallContext, req: pb::ReleaseRequest) -> Result<pb::ReleaseResponse, Status> {
+        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.release(r).await }).await
     }
 
-    pub async fn describe(&self, req: pb::DescribeRequest) -> Result<pb::DescribeResponse, Status> {
-        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.describe(r).await }).await
+    pub async fn describe(&self, ctx: &CallContext, req: pb::DescribeRequest) -> Result<pb::DescribeResponse, Status> {
+        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.describe(r).await }).await
     }
 
-    pub async fn list(&self, req: pb::ListRequest) -> Result<pb::ListResponse, Status> {
-        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.list(r).await }).await
+    pub async fn list(&self, ctx: &CallContext, req: pb::ListRequest) -> Result<pb::ListResponse, Status> {
+        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.list(r).await }).await
     }
 
-    pub async fn list_sessions(&self, req: pb::ListSessionsRequest) -> Result<pb::ListSessionsResponse, Status> {
-        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.list_sessions(r).await }).await
+    pub async fn list_sessions(&self, ctx: &CallContext, req: pb::ListSessionsRequest) -> Result<pb::ListSessionsResponse, Status> {
+        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.list_sessions(r).await }).await
     }
 
-    pub async fn check_token(&self, req: pb::CheckTokenRequest) -> Result<pb::CheckTokenResponse, Status> {
-        self.unary(req, |r| &mut r.shard, |mut c, r| async move { c.check_token(r).await }).await
+    pub async fn check_token(&self, ctx: &CallContext, req: pb::CheckTokenRequest) -> Result<pb::CheckTokenResponse, Status> {
+        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.check_token(r).await }).await
     }
 
-    /// BreakLock, with the caller's identity passed on for the audit record.
-    pub async fn break_lock(&self, req: pb::BreakLockRequest, identity: Option<String>) -> Result<pb::BreakLockResponse, Status> {
-        let key = shard_of(&req.shard)?;
-        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
-            let mut req = req.clone();
-            req.shard = with_epoch(&key, o.epoch);
-            let mut call = tonic::Request::new(req);
-            if let Some(id) = identity.as_deref().and_then(|i| i.parse().ok()) {
-                call.metadata_mut().insert("holdfast-identity", id);
-            }
-            async move { LockServiceClient::new(ch).break_lock(call).await }
-        })
-        .await
-        .map_err(CallError::into_status)
+    /// BreakLock; the caller's identity travels with the context for the audit record.
+    pub async fn break_lock(&self, ctx: &CallContext, req: pb::BreakLockRequest) -> Result<pb::BreakLockResponse, Status> {
+        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.break_lock(r).await }).await
     }
 
-    pub async fn watch(&self, req: pb::WatchRequest) -> Result<Streaming<pb::WatchResponse>, Status> {
-        let key = shard_of(&req.shard)?;
-        on_shard(&self.placement, &key, CALL_TIMEOUT, |ch, o| {
-            let mut req = req.clone();
-            req.shard = with_epoch(&key, o.epoch);
-            async move { LockServiceClient::new(ch).watch(req).await }
-        })
-        .await
-        .map_err(CallError::into_status)
+    pub async fn watch(&self, ctx: &CallContext, req: pb::WatchRequest) -> Result<Streaming<pb::WatchResponse>, Status> {
+        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.watch(r).await }).await
     }
 
-    /// Calls the registry (any member, following its leader).
-    pub async fn registry<T, F, Fut>(&self, f: F) -> Result<T, Status>
+    /// Calls the registry (any member, following its leader) with `req`.
+    pub async fn registry<Req, T, F, Fut>(&self, ctx: &CallContext, req: Req, f: F) -> Result<T, Status>
     where
-        F: Fn(RegistryServiceClient<Channel>) -> Fut,
+        Req: Clone,
+        F: Fn(RegistryServiceClient<Channel>, tonic::Request<Req>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        self.placement.registry().call(CALL_TIMEOUT, |ch| f(RegistryServiceClient::new(ch))).await.map_err(CallError::into_status)
+        self.placement
+            .registry()
+            .call(self.budget(ctx), |ch| f(RegistryServiceClient::new(ch), ctx.request(req.clone())))
+            .await
+            .map(|c| c.value)
+            .map_err(|e| e.without_hint().into_status())
     }
 
-    pub async fn get_owner(&self, key: &ShardKey) -> Result<rpb::GetOwnerResponse, Status> {
+    pub async fn get_owner(&self, ctx: &CallContext, key: &ShardKey) -> Result<rpb::GetOwnerResponse, Status> {
         let req = rpb::GetOwnerRequest { ns: key.ns.to_string(), shard: key.shard.to_string() };
-        self.registry(|mut c| {
-            let req = req.clone();
-            async move { c.get_owner(req).await }
-        })
-        .await
+        self.registry(ctx, req, |mut c, r| async move { c.get_owner(r).await }).await
     }
 }

@@ -1,23 +1,24 @@
 //! The HTTP/JSON front (axum on hyper), documented in `docs/api.md`. Every handler
 //! builds the protobuf request and goes through [`Gateway`], so both fronts share one
-//! path. Errors are `{"code": "...", "message": "..."}` with the status of
-//! `ErrorCode::http_status`. Tokens and session ids are JSON *strings*: a token
-//! exceeds 2^53 from epoch 8192, and JavaScript numbers would round it.
+//! path; answers are the typed shapes of `holdfast_proto::json`, which the command
+//! line's `-o json` prints too. Errors are [`ErrorBody`] with the status of
+//! `ErrorCode::http_status`, malformed bodies included.
 
 use crate::gateway::Gateway;
-use axum::extract::{Path, State};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{ConnectInfo, FromRequest, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use holdfast_core::{ErrorCode, ShardKey};
-use holdfast_proto::admin::v1 as apb;
-use holdfast_proto::convert::shard_key;
+use holdfast_core::{ErrorCode, Mode, ShardKey};
+use holdfast_proto::convert::{mode_to, shard_key};
+use holdfast_proto::json::{CheckView, ErrorBody, GrantView, LockView, NamespaceSpec, NamespaceView, OwnerView};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::registry::v1 as rpb;
-use holdfast_proto::status::{code_of, status};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use holdfast_rpc::status::{code_of, status};
+use holdfast_rpc::{CallContext, Peer};
+use serde::{Deserialize, Serialize};
 use tonic::Status;
 
 /// A failed call as JSON.
@@ -34,14 +35,39 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = code_of(&self.0).unwrap_or(ErrorCode::Unavailable);
         let http = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        (http, Json(json!({ "code": code.as_str(), "message": self.0.message() }))).into_response()
+        (http, Json(ErrorBody { code, message: self.0.message().to_owned() })).into_response()
     }
 }
 
-type ApiResult = Result<Json<Value>, ApiError>;
+type ApiResult<T> = Result<Json<T>, ApiError>;
 
 fn bad(msg: impl Into<String>) -> ApiError {
-    ApiError(status(ErrorCode::InvalidArgument, msg.into(), None))
+    ApiError(status(ErrorCode::InvalidArgument, msg.into()))
+}
+
+/// A JSON body whose every rejection (not JSON, wrong content type, a missing or
+/// unknown field) is an `INVALID_ARGUMENT` in the API's error shape.
+#[derive(Debug)]
+struct Body<T>(T);
+
+impl<S, T> FromRequest<S> for Body<T>
+where
+    Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Body(v)),
+            Err(e) => Err(bad(format!("bad request body: {}", e.body_text()))),
+        }
+    }
+}
+
+/// The call's context: the connection and the headers it came with.
+fn context(peer: ConnectInfo<Peer>, headers: &HeaderMap) -> CallContext {
+    CallContext::from_http(Some(peer.0), headers)
 }
 
 fn key(ns: String, shard: String) -> Result<ShardKey, ApiError> {
@@ -49,7 +75,7 @@ fn key(ns: String, shard: String) -> Result<ShardKey, ApiError> {
 }
 
 fn shard_ref(k: &ShardKey) -> Option<pb::ShardRef> {
-    Some(pb::ShardRef { ns: k.ns.to_string(), shard: k.shard.to_string(), epoch: 0 })
+    Some(pb::ShardRef::from(k))
 }
 
 /// HTTP session ids name their shard: `ns:shard:hex`. (`:` is not allowed in names.)
@@ -87,92 +113,22 @@ pub fn router(gw: Gateway) -> Router {
         .with_state(gw)
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NamespaceBody {
-    name: String,
-    owner: String,
-    /// `correctness` (default) or `efficiency`.
-    #[serde(default)]
-    intent: Option<String>,
-    /// `fail-closed` or `fail-open`; default by intent.
-    #[serde(default)]
-    posture: Option<String>,
-    #[serde(default)]
-    ttl_min_ms: u64,
-    #[serde(default)]
-    ttl_max_ms: u64,
-    #[serde(default)]
-    max_hold_ms: u64,
-    #[serde(default)]
-    lock_delay_ms: u64,
-    #[serde(default)]
-    acquires_per_second: u32,
-    #[serde(default)]
-    max_keys: u32,
+fn namespace_view(c: Option<&holdfast_proto::admin::v1::NamespaceConfig>) -> Result<NamespaceView, ApiError> {
+    let c = c.ok_or_else(|| ApiError(status(ErrorCode::Unavailable, "the registry answered without a config")))?;
+    NamespaceView::try_from(c).map_err(|e| ApiError(status(ErrorCode::Unavailable, format!("the registry sent a config this gateway cannot read: {e}"))))
 }
 
-fn namespace_json(c: &apb::NamespaceConfig) -> Value {
-    let intent = if c.intent == pb::Intent::Efficiency as i32 { "efficiency" } else { "correctness" };
-    let posture = if c.posture == pb::Posture::FailOpen as i32 { "fail-open" } else { "fail-closed" };
-    let q = c.quotas.clone().unwrap_or_default();
-    json!({
-        "name": c.name, "owner": c.owner, "intent": intent, "posture": posture,
-        "ttl_min_ms": c.ttl_min_ms, "ttl_max_ms": c.ttl_max_ms, "max_hold_ms": c.max_hold_ms,
-        "lock_delay_ms": c.lock_delay_ms, "version": c.version,
-        "quotas": { "max_keys": q.max_keys, "max_sessions": q.max_sessions, "max_waiters_per_lock": q.max_waiters_per_lock,
-                    "max_value_bytes": q.max_value_bytes, "acquires_per_second": q.acquires_per_second },
-    })
+async fn create_namespace(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Body(spec): Body<NamespaceSpec>) -> ApiResult<NamespaceView> {
+    let ctx = context(peer, &headers);
+    let req = rpb::CreateNamespaceRequest { config: Some(spec.to_pb()) };
+    let r = gw.registry(&ctx, req, |mut c, r| async move { c.create_namespace(r).await }).await?;
+    Ok(Json(namespace_view(r.config.as_ref())?))
 }
 
-async fn create_namespace(State(gw): State<Gateway>, Json(b): Json<NamespaceBody>) -> ApiResult {
-    let intent = match b.intent.as_deref() {
-        None | Some("correctness") => pb::Intent::Correctness,
-        Some("efficiency") => pb::Intent::Efficiency,
-        Some(o) => return Err(bad(format!("intent {o:?} is not correctness or efficiency"))),
-    };
-    let posture = match b.posture.as_deref() {
-        None => pb::Posture::Unspecified,
-        Some("fail-closed") => pb::Posture::FailClosed,
-        Some("fail-open") => pb::Posture::FailOpen,
-        Some(o) => return Err(bad(format!("posture {o:?} is not fail-closed or fail-open"))),
-    };
-    let quotas = (b.acquires_per_second != 0 || b.max_keys != 0).then(|| apb::Quotas {
-        acquires_per_second: b.acquires_per_second,
-        max_keys: b.max_keys,
-        ..Default::default()
-    });
-    let config = apb::NamespaceConfig {
-        name: b.name,
-        owner: b.owner,
-        intent: intent as i32,
-        posture: posture as i32,
-        ttl_min_ms: b.ttl_min_ms,
-        ttl_max_ms: b.ttl_max_ms,
-        max_hold_ms: b.max_hold_ms,
-        lock_delay_ms: b.lock_delay_ms,
-        quotas,
-        version: 0,
-    };
-    let req = rpb::CreateNamespaceRequest { config: Some(config) };
-    let r = gw
-        .registry(|mut c| {
-            let req = req.clone();
-            async move { c.create_namespace(req).await }
-        })
-        .await?;
-    Ok(Json(r.config.as_ref().map(namespace_json).unwrap_or(Value::Null)))
-}
-
-async fn get_namespace(State(gw): State<Gateway>, Path(ns): Path<String>) -> ApiResult {
-    let req = rpb::GetNamespaceRequest { name: ns };
-    let r = gw
-        .registry(|mut c| {
-            let req = req.clone();
-            async move { c.get_namespace(req).await }
-        })
-        .await?;
-    Ok(Json(r.config.as_ref().map(namespace_json).unwrap_or(Value::Null)))
+async fn get_namespace(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Path(ns): Path<String>) -> ApiResult<NamespaceView> {
+    let ctx = context(peer, &headers);
+    let r = gw.registry(&ctx, rpb::GetNamespaceRequest { name: ns }, |mut c, r| async move { c.get_namespace(r).await }).await?;
+    Ok(Json(namespace_view(r.config.as_ref())?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -190,22 +146,35 @@ fn default_shard() -> String {
     "default".into()
 }
 
-async fn create_session(State(gw): State<Gateway>, Json(b): Json<SessionBody>) -> ApiResult {
+/// A session as HTTP names it.
+#[derive(Debug, Serialize)]
+struct SessionAnswer {
+    session: String,
+    ttl_remaining_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Empty {}
+
+async fn create_session(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Body(b): Body<SessionBody>) -> ApiResult<SessionAnswer> {
+    let ctx = context(peer, &headers);
     let k = key(b.ns, b.shard)?;
-    let r = gw.create_session(pb::CreateSessionRequest { shard: shard_ref(&k), ttl_ms: b.ttl_ms, client_label: b.label }).await?;
-    Ok(Json(json!({ "session": session_handle(&k, r.session_id), "ttl_remaining_ms": r.ttl_remaining_ms })))
+    let r = gw.create_session(&ctx, pb::CreateSessionRequest { shard: shard_ref(&k), ttl_ms: b.ttl_ms, client_label: b.label }).await?;
+    Ok(Json(SessionAnswer { session: session_handle(&k, r.session_id), ttl_remaining_ms: r.ttl_remaining_ms }))
 }
 
-async fn keep_alive(State(gw): State<Gateway>, Path(id): Path<String>) -> ApiResult {
+async fn keep_alive(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<SessionAnswer> {
+    let ctx = context(peer, &headers);
     let (k, sid) = parse_session(&id)?;
-    let r = gw.keep_alive_once(&k, sid).await?;
-    Ok(Json(json!({ "session": id, "ttl_remaining_ms": r.ttl_remaining_ms })))
+    let r = gw.keep_alive_once(&ctx, &k, sid).await?;
+    Ok(Json(SessionAnswer { session: id, ttl_remaining_ms: r.ttl_remaining_ms }))
 }
 
-async fn close_session(State(gw): State<Gateway>, Path(id): Path<String>) -> ApiResult {
+async fn close_session(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Empty> {
+    let ctx = context(peer, &headers);
     let (k, sid) = parse_session(&id)?;
-    gw.close_session(&k, sid).await?;
-    Ok(Json(json!({})))
+    gw.close_session(&ctx, pb::CloseSessionRequest { session_id: sid, shard: shard_ref(&k) }).await?;
+    Ok(Json(Empty {}))
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,7 +184,7 @@ struct AcquireBody {
     request_id: String,
     /// `exclusive` (default) or `shared`.
     #[serde(default)]
-    mode: Option<String>,
+    mode: Option<Mode>,
     #[serde(default)]
     wait_timeout_ms: u64,
     /// The holder's payload, UTF-8 (at most the namespace's max value size).
@@ -223,31 +192,30 @@ struct AcquireBody {
     value: String,
 }
 
-async fn acquire(State(gw): State<Gateway>, Path((ns, shard, name)): Path<(String, String, String)>, Json(b): Json<AcquireBody>) -> ApiResult {
+async fn acquire(
+    State(gw): State<Gateway>,
+    peer: ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Path((ns, shard, name)): Path<(String, String, String)>,
+    Body(b): Body<AcquireBody>,
+) -> ApiResult<GrantView> {
+    let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
     let (sk, sid) = parse_session(&b.session)?;
     if sk != k {
         return Err(bad(format!("session {} lives in shard {sk}, not {k}", b.session)));
     }
-    let mode = match b.mode.as_deref() {
-        None | Some("exclusive") => pb::Mode::Exclusive,
-        Some("shared") => pb::Mode::Shared,
-        Some(o) => return Err(bad(format!("mode {o:?} is not exclusive or shared"))),
+    let req = pb::AcquireRequest {
+        shard: shard_ref(&k),
+        name,
+        session_id: sid,
+        mode: mode_to(b.mode.unwrap_or(Mode::Exclusive)),
+        wait_timeout_ms: b.wait_timeout_ms,
+        request_id: b.request_id,
+        value: b.value.into_bytes(),
     };
-    let r = gw
-        .acquire(pb::AcquireRequest {
-            shard: shard_ref(&k),
-            name,
-            session_id: sid,
-            mode: mode as i32,
-            wait_timeout_ms: b.wait_timeout_ms,
-            request_id: b.request_id,
-            value: b.value.into_bytes(),
-        })
-        .await?;
-    Ok(Json(json!({
-        "token": r.token.to_string(), "ttl_remaining_ms": r.ttl_remaining_ms, "epoch": r.epoch, "unfenced": r.unfenced,
-    })))
+    let r = gw.acquire(&ctx, req).await?;
+    Ok(Json(GrantView::from(&r)))
 }
 
 #[derive(Debug, Deserialize)]
@@ -256,49 +224,53 @@ struct TokenBody {
     token: String,
 }
 
-async fn release(State(gw): State<Gateway>, Path((ns, shard, name)): Path<(String, String, String)>, Json(b): Json<TokenBody>) -> ApiResult {
+async fn release(
+    State(gw): State<Gateway>,
+    peer: ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Path((ns, shard, name)): Path<(String, String, String)>,
+    Body(b): Body<TokenBody>,
+) -> ApiResult<Empty> {
+    let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
-    gw.release(pb::ReleaseRequest { shard: shard_ref(&k), name, token: parse_token(&b.token)? }).await?;
-    Ok(Json(json!({})))
+    gw.release(&ctx, pb::ReleaseRequest { shard: shard_ref(&k), name, token: parse_token(&b.token)? }).await?;
+    Ok(Json(Empty {}))
 }
 
-async fn check(State(gw): State<Gateway>, Path((ns, shard, name)): Path<(String, String, String)>, Json(b): Json<TokenBody>) -> ApiResult {
+async fn check(
+    State(gw): State<Gateway>,
+    peer: ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Path((ns, shard, name)): Path<(String, String, String)>,
+    Body(b): Body<TokenBody>,
+) -> ApiResult<CheckView> {
+    let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
-    let r = gw.check_token(pb::CheckTokenRequest { shard: shard_ref(&k), name, token: parse_token(&b.token)? }).await?;
-    let current = r.status == pb::TokenStatus::Current as i32;
-    Ok(Json(json!({ "current": current, "status": if current { "CURRENT" } else { "STALE" } })))
+    let r = gw.check_token(&ctx, pb::CheckTokenRequest { shard: shard_ref(&k), name, token: parse_token(&b.token)? }).await?;
+    Ok(Json(CheckView::from(&r)))
 }
 
-async fn describe(State(gw): State<Gateway>, Path((ns, shard, name)): Path<(String, String, String)>) -> ApiResult {
+async fn describe(
+    State(gw): State<Gateway>,
+    peer: ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Path((ns, shard, name)): Path<(String, String, String)>,
+) -> ApiResult<LockView> {
+    let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
-    let d = gw.describe(pb::DescribeRequest { shard: shard_ref(&k), name }).await?;
-    let holders: Vec<Value> = d
-        .holders
-        .iter()
-        .map(|h| {
-            json!({ "session": session_handle(&k, h.session_id), "token": h.token.to_string(),
-                    "value": String::from_utf8_lossy(&h.value), "held_for_ms": h.held_for_ms })
-        })
-        .collect();
-    let waiters: Vec<Value> = d.waiters.iter().map(|w| json!({ "session": session_handle(&k, w.session_id), "request_id": w.request_id })).collect();
-    let last_break =
-        d.last_break.as_ref().map(|b| json!({ "token": b.token.to_string(), "by": b.by, "reason": b.reason, "new_floor": b.new_floor.to_string() }));
-    Ok(Json(json!({
-        "name": d.name, "holders": holders, "waiters": waiters, "token_floor": d.token_floor.to_string(),
-        "epoch": d.epoch, "lock_delayed": d.lock_delayed, "last_break": last_break, "revision": d.revision,
-    })))
+    let d = gw.describe(&ctx, pb::DescribeRequest { shard: shard_ref(&k), name }).await?;
+    Ok(Json(LockView::from_pb(&d, |id| session_handle(&k, id))))
 }
 
-fn owner_json(o: &rpb::ShardOwner) -> Value {
-    let state = if o.state == rpb::ShardState::Moving as i32 { "moving" } else { "active" };
-    json!({ "ns": o.ns, "shard": o.shard, "region": o.region, "cell": o.cell, "epoch": o.epoch, "state": state,
-            "to_cell": o.to_cell, "planned": o.planned })
+fn owner_view(o: Option<&rpb::ShardOwner>) -> Result<OwnerView, ApiError> {
+    o.map(OwnerView::from).ok_or_else(|| ApiError(status(ErrorCode::Unavailable, "the registry answered without an owner")))
 }
 
-async fn owner(State(gw): State<Gateway>, Path((ns, shard)): Path<(String, String)>) -> ApiResult {
+async fn owner(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Path((ns, shard)): Path<(String, String)>) -> ApiResult<OwnerView> {
+    let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
-    let r = gw.get_owner(&k).await?;
-    Ok(Json(r.owner.as_ref().map(owner_json).unwrap_or(Value::Null)))
+    let r = gw.get_owner(&ctx, &k).await?;
+    Ok(Json(owner_view(r.owner.as_ref())?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -313,16 +285,18 @@ fn yes() -> bool {
     true
 }
 
-async fn move_shard(State(gw): State<Gateway>, Path((ns, shard)): Path<(String, String)>, Json(b): Json<MoveBody>) -> ApiResult {
+async fn move_shard(
+    State(gw): State<Gateway>,
+    peer: ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Path((ns, shard)): Path<(String, String)>,
+    Body(b): Body<MoveBody>,
+) -> ApiResult<OwnerView> {
+    let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
     let req = rpb::MoveShardRequest { ns: k.ns.to_string(), shard: k.shard.to_string(), to_cell: b.to_cell, planned: b.planned };
-    let r = gw
-        .registry(|mut c| {
-            let req = req.clone();
-            async move { c.move_shard(req).await }
-        })
-        .await?;
-    Ok(Json(r.owner.as_ref().map(owner_json).unwrap_or(Value::Null)))
+    let r = gw.registry(&ctx, req, |mut c, r| async move { c.move_shard(r).await }).await?;
+    Ok(Json(owner_view(r.owner.as_ref())?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -331,17 +305,23 @@ struct BreakBody {
     reason: String,
 }
 
+#[derive(Debug, Serialize)]
+struct BreakAnswer {
+    new_floor: String,
+}
+
 async fn break_lock(
     State(gw): State<Gateway>,
+    peer: ConnectInfo<Peer>,
     headers: HeaderMap,
     Path((ns, shard, name)): Path<(String, String, String)>,
-    Json(b): Json<BreakBody>,
-) -> ApiResult {
+    Body(b): Body<BreakBody>,
+) -> ApiResult<BreakAnswer> {
+    let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
     if b.reason.trim().is_empty() {
         return Err(bad("a break needs a reason: it goes to the audit record"));
     }
-    let identity = headers.get("x-holdfast-identity").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let r = gw.break_lock(pb::BreakLockRequest { shard: shard_ref(&k), name, reason: b.reason }, identity).await?;
-    Ok(Json(json!({ "new_floor": r.new_floor.to_string() })))
+    let r = gw.break_lock(&ctx, pb::BreakLockRequest { shard: shard_ref(&k), name, reason: b.reason }).await?;
+    Ok(Json(BreakAnswer { new_floor: r.new_floor.to_string() }))
 }

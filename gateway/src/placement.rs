@@ -5,15 +5,14 @@
 //! view is stale. Cells and namespaces, which the watch does not carry, are re-listed
 //! every few seconds.
 
-use holdfast_client::upstream::{CallError, Upstream, CALL_TIMEOUT};
 use holdfast_core::{NamespaceConfig, NamespaceName, ShardKey};
 use holdfast_proto::convert::{namespace_from, shard_key};
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+use holdfast_rpc::{Budget, CallError, CancellationToken, Hints, Tasks, Transport, Upstream};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 /// How often cells and namespaces are listed again.
@@ -45,7 +44,8 @@ struct View {
 /// The cache, shared by every request handler.
 #[derive(Debug)]
 pub struct Placement {
-    registry: Arc<Upstream>,
+    transport: Transport,
+    registry: Upstream,
     view: RwLock<View>,
 }
 
@@ -55,12 +55,19 @@ fn owner_from(o: &rpb::ShardOwner) -> Owner {
 }
 
 impl Placement {
-    pub fn new(registry: Arc<Upstream>) -> Arc<Placement> {
-        Arc::new(Placement { registry, view: RwLock::new(View::default()) })
+    /// A cache that asks the registry at `registry` (client addresses, followed to
+    /// its leader among them only).
+    pub fn new(transport: &Transport, registry: Vec<String>) -> Arc<Placement> {
+        Arc::new(Placement { transport: transport.clone(), registry: Upstream::new(transport, registry, Hints::Members), view: RwLock::new(View::default()) })
     }
 
-    pub fn registry(&self) -> &Arc<Upstream> {
+    pub fn registry(&self) -> &Upstream {
         &self.registry
+    }
+
+    /// The bound of one registry call.
+    fn budget(&self) -> Budget {
+        Budget::per_attempt(self.transport.options().request_timeout())
     }
 
     /// Has the gateway listed placement at least once? (`/readyz`)
@@ -83,7 +90,7 @@ impl Placement {
             return Some(c);
         }
         if let Err(e) = self.list_namespaces().await {
-            debug!(error = ?e, "listing namespaces failed");
+            debug!(error = %e, "listing namespaces failed");
         }
         self.namespace(ns)
     }
@@ -97,11 +104,12 @@ impl Placement {
         let req = rpb::GetOwnerRequest { ns: key.ns.to_string(), shard: key.shard.to_string() };
         let r = self
             .registry
-            .call(CALL_TIMEOUT, |ch| {
+            .call(self.budget(), |ch| {
                 let req = req.clone();
                 async move { RegistryServiceClient::new(ch).get_owner(req).await }
             })
-            .await?;
+            .await?
+            .value;
         let o = r.owner.ok_or_else(|| CallError::Unreachable("the registry answered without an owner".into()))?;
         let owner = owner_from(&o);
         let known_cell = {
@@ -118,8 +126,9 @@ impl Placement {
     async fn list_cells(&self) -> Result<(), CallError> {
         let cells = self
             .registry
-            .call(CALL_TIMEOUT, |ch| async move { RegistryServiceClient::new(ch).list_cells(rpb::ListCellsRequest { region: String::new() }).await })
+            .call(self.budget(), |ch| async move { RegistryServiceClient::new(ch).list_cells(rpb::ListCellsRequest { region: String::new() }).await })
             .await?
+            .value
             .cells;
         let mut v = self.view.write().expect("view lock");
         for c in cells {
@@ -127,7 +136,7 @@ impl Placement {
             match v.cells.get(&c.cell) {
                 Some(up) => up.set_members(members),
                 None => {
-                    v.cells.insert(c.cell.clone(), Arc::new(Upstream::new(members)));
+                    v.cells.insert(c.cell.clone(), Arc::new(Upstream::new(&self.transport, members, Hints::Members)));
                 }
             }
         }
@@ -137,8 +146,9 @@ impl Placement {
     async fn list_namespaces(&self) -> Result<(), CallError> {
         let configs = self
             .registry
-            .call(CALL_TIMEOUT, |ch| async move { RegistryServiceClient::new(ch).list_namespaces(rpb::ListNamespacesRequest {}).await })
+            .call(self.budget(), |ch| async move { RegistryServiceClient::new(ch).list_namespaces(rpb::ListNamespacesRequest {}).await })
             .await?
+            .value
             .configs;
         let parsed: HashMap<NamespaceName, NamespaceConfig> = configs.into_iter().filter_map(|c| namespace_from(c).ok()).map(|c| (c.name.clone(), c)).collect();
         self.view.write().expect("view lock").namespaces = parsed;
@@ -147,8 +157,11 @@ impl Placement {
 
     /// Lists every shard; returns the revision the listing reflects.
     async fn list_shards(&self) -> Result<u64, CallError> {
-        let r =
-            self.registry.call(CALL_TIMEOUT, |ch| async move { RegistryServiceClient::new(ch).list_shards(rpb::ListShardsRequest::default()).await }).await?;
+        let r = self
+            .registry
+            .call(self.budget(), |ch| async move { RegistryServiceClient::new(ch).list_shards(rpb::ListShardsRequest::default()).await })
+            .await?
+            .value;
         let mut shards = HashMap::new();
         for o in &r.shards {
             if let Ok(key) = shard_key(o.ns.clone(), o.shard.clone()) {
@@ -162,65 +175,57 @@ impl Placement {
         Ok(r.revision)
     }
 
-    /// Keeps the view fresh until `shutdown`: list everything, then follow the
-    /// ownership watch from the listed revision; on any failure, pause and start over.
-    pub async fn follow(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let relister = {
-            let me = self.clone();
-            let mut stop = shutdown.clone();
-            tokio::spawn(async move {
-                loop {
-                    if let Err(e) = me.list_cells().await {
-                        debug!(error = ?e, "listing cells failed");
-                    }
-                    if let Err(e) = me.list_namespaces().await {
-                        debug!(error = ?e, "listing namespaces failed");
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(RELIST) => {}
-                        _ = stop.wait_for(|s| *s) => return,
-                    }
+    /// Keeps the view fresh under `tasks`: the ownership watch (list everything, then
+    /// follow the watch from the listed revision; on any failure, pause and start
+    /// over), and a re-listing of cells and namespaces every few seconds.
+    pub fn follow(self: &Arc<Self>, tasks: &Tasks) {
+        let me = self.clone();
+        tasks.spawn("placement relister", async move {
+            loop {
+                if let Err(e) = me.list_cells().await {
+                    debug!(error = %e, "listing cells failed");
                 }
-            })
-        };
-        while !*shutdown.borrow() {
+                if let Err(e) = me.list_namespaces().await {
+                    debug!(error = %e, "listing namespaces failed");
+                }
+                tokio::time::sleep(RELIST).await;
+            }
+        });
+        tasks.spawn("ownership watch", self.clone().watch(tasks.stop_token()));
+    }
+
+    async fn watch(self: Arc<Self>, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
             tokio::select! {
                 r = self.list_and_watch() => warn!(error = %r, "the ownership watch ended; listing again"),
-                _ = shutdown.wait_for(|s| *s) => break,
+                _ = shutdown.cancelled() => break,
             }
             tokio::select! {
                 _ = tokio::time::sleep(REWATCH) => {}
-                _ = shutdown.wait_for(|s| *s) => break,
+                _ = shutdown.cancelled() => break,
             }
         }
-        relister.abort();
     }
 
     /// Returns why it stopped.
     async fn list_and_watch(&self) -> String {
         if let Err(e) = self.list_cells().await {
-            return format!("listing cells: {e:?}");
+            return format!("listing cells: {e}");
         }
         if let Err(e) = self.list_namespaces().await {
-            return format!("listing namespaces: {e:?}");
+            return format!("listing namespaces: {e}");
         }
         let from = match self.list_shards().await {
             Ok(r) => r,
-            Err(e) => return format!("listing shards: {e:?}"),
+            Err(e) => return format!("listing shards: {e}"),
         };
         info!(revision = from, "placement listed; following the ownership watch");
         let req = rpb::WatchOwnershipRequest { from_revision: from };
         // The watch is a stream: open it on whichever member answers, then read it.
-        let stream = self
-            .registry
-            .call(CALL_TIMEOUT, |ch| {
-                let req = req.clone();
-                async move { RegistryServiceClient::new(ch).watch_ownership(req).await }
-            })
-            .await;
+        let stream = self.registry.call(self.budget(), |ch| async move { RegistryServiceClient::new(ch).watch_ownership(req).await }).await;
         let mut stream = match stream {
-            Ok(s) => s,
-            Err(e) => return format!("opening the watch: {e:?}"),
+            Ok(s) => s.value,
+            Err(e) => return format!("opening the watch: {e}"),
         };
         loop {
             match stream.message().await {

@@ -1,31 +1,26 @@
 //! `GatewayServer`: the gRPC port (LockService, RegistryService, gRPC health, reflection
 //! v1 and v1alpha) and the HTTP port (the JSON API plus /metrics, /healthz, /readyz),
-//! the placement follower, and a shutdown with a deadline.
+//! the placement follower, and a shutdown with a deadline. Both ports are served by the
+//! wire edge (`holdfast_rpc::Transport`); every task runs under one [`Tasks`].
 
 use crate::config::GatewayConfig;
 use crate::gateway::Gateway;
 use crate::grpc::{LockFront, RegistryFront};
 use crate::placement::Placement;
-use holdfast_client::upstream::Upstream;
 use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
 use holdfast_proto::registry::v1::registry_service_server::RegistryServiceServer;
+use holdfast_rpc::{bounded, Tasks, Transport};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 #[derive(Debug)]
 pub struct GatewayServer {
     grpc_addr: SocketAddr,
     http_addr: SocketAddr,
-    shutdown: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
-    /// Runs until aborted.
-    upkeep: JoinHandle<()>,
+    tasks: Tasks,
     deadline: Duration,
 }
 
@@ -41,13 +36,12 @@ impl GatewayServer {
         holdfast_telemetry::install();
         let grpc_addr = grpc.local_addr()?;
         let http_addr = http.local_addr()?;
-        let placement = Placement::new(Arc::new(Upstream::new(cfg.registry())));
-        let gw = Gateway::new(placement.clone());
-        let (shutdown, rx) = watch::channel(false);
-        let mut tasks = Vec::new();
-
-        tasks.push(tokio::spawn(placement.clone().follow(rx.clone())));
-        let upkeep = tokio::spawn(holdfast_telemetry::upkeep());
+        let transport = Transport::new(cfg.transport.clone());
+        let tasks = Tasks::new();
+        let placement = Placement::new(&transport, cfg.registry());
+        let gw = Gateway::new(placement.clone(), tasks.clone(), transport.options().request_timeout());
+        placement.follow(&tasks);
+        tasks.spawn("metrics upkeep", holdfast_telemetry::upkeep());
 
         let (health, health_svc) = tonic_health::server::health_reporter();
         let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -63,8 +57,7 @@ impl GatewayServer {
         // Serving once placement is listed: health follows readiness.
         {
             let placement = placement.clone();
-            let mut stop = rx.clone();
-            tasks.push(tokio::spawn(async move {
+            tasks.spawn("health reporter", async move {
                 loop {
                     if placement.ready() {
                         health.set_serving::<LockServiceServer<LockFront>>().await;
@@ -73,43 +66,39 @@ impl GatewayServer {
                         health.set_not_serving::<LockServiceServer<LockFront>>().await;
                         health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
                     }
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                        _ = stop.wait_for(|s| *s) => return,
-                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-            }));
+            });
         }
-        let mut stop = rx.clone();
-        let grpc_server = tonic::transport::Server::builder()
+        let router = transport
+            .grpc_server()
             .add_service(health_svc)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(LockServiceServer::new(LockFront(gw.clone())))
-            .add_service(RegistryServiceServer::new(RegistryFront(gw.clone())))
-            .serve_with_incoming_shutdown(TcpIncoming::from(grpc).with_nodelay(Some(true)), async move {
-                let _ = stop.wait_for(|s| *s).await;
+            .add_service(bounded!(LockServiceServer::new(LockFront(gw.clone())), transport))
+            .add_service(bounded!(RegistryServiceServer::new(RegistryFront(gw.clone())), transport));
+        {
+            let (transport, stop) = (transport.clone(), tasks.stop_token());
+            tasks.spawn_graceful("gRPC port", async move {
+                if let Err(e) = transport.serve_grpc(router, grpc, stop.cancelled_owned()).await {
+                    warn!(error = %e, "gateway gRPC server ended with an error");
+                }
             });
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = grpc_server.await {
-                warn!(error = %e, "gateway gRPC server ended with an error");
-            }
-        }));
+        }
 
         let ready_placement = placement.clone();
         let ready: holdfast_telemetry::Readiness = Arc::new(move || ready_placement.ready());
         let app = crate::http::router(gw).merge(holdfast_telemetry::router(ready));
-        let mut stop = rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let served = axum::serve(http, app).with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
+        {
+            let stop = tasks.stop_token();
+            tasks.spawn_graceful("HTTP port", async move {
+                if let Err(e) = transport.serve_http(app, http, stop.cancelled_owned()).await {
+                    warn!(error = %e, "gateway HTTP server ended with an error");
+                }
             });
-            if let Err(e) = served.await {
-                warn!(error = %e, "gateway HTTP server ended with an error");
-            }
-        }));
+        }
         info!(region = %cfg.region, grpc = %grpc_addr, http = %http_addr, "gateway started");
-        Ok(GatewayServer { grpc_addr, http_addr, shutdown, tasks, upkeep, deadline: Duration::from_millis(cfg.shutdown_deadline_ms) })
+        Ok(GatewayServer { grpc_addr, http_addr, tasks, deadline: Duration::from_millis(cfg.shutdown_deadline_ms) })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -122,15 +111,9 @@ impl GatewayServer {
 
     /// Stops both ports and the placement follower, within the deadline.
     pub async fn shutdown(self) {
-        let _ = self.shutdown.send(true);
-        self.upkeep.abort();
-        let aborts: Vec<_> = self.tasks.iter().map(JoinHandle::abort_handle).collect();
-        let all = futures_util::future::join_all(self.tasks);
-        if tokio::time::timeout(self.deadline, all).await.is_err() {
-            warn!("gateway shutdown passed its deadline; stopping what is left");
-            for a in aborts {
-                a.abort();
-            }
+        let left = self.tasks.shutdown(self.deadline).await;
+        if !left.is_empty() {
+            warn!(tasks = ?left, "gateway shutdown passed its deadline; stopped what was left");
         }
     }
 }

@@ -40,7 +40,7 @@ async fn session(c: &LockServiceClient<tonic::transport::Channel>, ns: &str) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_front_acquires_renews_and_releases() {
-    let _g = serial();
+    let _g = serial().await;
     let w = World::start(false).await;
     w.namespace("pay", pb::Posture::FailClosed, 0).await;
     let c = LockServiceClient::new(w.gateway_channel().await);
@@ -73,17 +73,24 @@ async fn grpc_front_acquires_renews_and_releases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_front_with_a_real_http_client() {
-    let _g = serial();
+    let _g = serial().await;
     let w = World::start(false).await;
     let http = reqwest::Client::new();
 
-    info!("--- create a namespace over HTTP, then place its shard");
-    let r = http.post(w.http("/v1/namespaces")).json(&json!({ "name": "web", "owner": "team-web", "lock_delay_ms": 0 })).send().await.unwrap();
-    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    info!("--- create a leadership namespace over HTTP, then place its shard");
+    let r = http
+        .post(w.http("/v1/namespaces"))
+        .json(&json!({ "name": "web", "owner": "team-web", "intent": "leadership", "lock_delay_ms": 0 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let created: Value = r.json().await.unwrap();
+    assert_eq!((created["intent"].as_str(), created["posture"].as_str()), (Some("leadership"), Some("fail-closed")), "{created}");
     let mut reg = w.registry_client().await;
     reg.place_shard(rpb::PlaceShardRequest { ns: "web".into(), shard: "default".into(), cell: "a".into() }).await.unwrap();
     let ns: Value = http.get(w.http("/v1/namespaces/web")).send().await.unwrap().json().await.unwrap();
-    assert_eq!((ns["owner"].as_str(), ns["version"].as_u64()), (Some("team-web"), Some(1)));
+    assert_eq!((ns["owner"].as_str(), ns["version"].as_u64(), ns["intent"].as_str()), (Some("team-web"), Some(1), Some("leadership")), "{ns}");
 
     info!("--- session and acquire (retried while the cell adopts the shard)");
     let deadline = Instant::now() + WAIT;
@@ -114,6 +121,7 @@ async fn http_front_with_a_real_http_client() {
     let d: Value = http.get(w.http("/v1/locks/web/default/leader")).send().await.unwrap().json().await.unwrap();
     assert_eq!(d["holders"][0]["token"].as_str(), Some(token.as_str()));
     assert_eq!(d["holders"][0]["value"].as_str(), Some("10.0.0.7:8080"));
+    assert_eq!((d["intent"].as_str(), d["holders"][0]["mode"].as_str()), (Some("leadership"), Some("exclusive")), "{d}");
     let check: Value = http.post(w.http("/v1/locks/web/default/leader/check")).json(&json!({ "token": token })).send().await.unwrap().json().await.unwrap();
     assert_eq!(check["current"], json!(true));
     let r = http.post(w.http("/v1/locks/web/default/leader/release")).json(&json!({ "token": token })).send().await.unwrap();
@@ -133,8 +141,14 @@ async fn http_front_with_a_real_http_client() {
     assert!(e["message"].as_str().unwrap().contains("nope"));
     let r = http.post(w.http("/v1/sessions")).json(&json!({ "ns": "web", "ttl_ms": 10 })).send().await.unwrap();
     assert_eq!(r.status(), 400);
-    let r = http.post(w.http("/v1/sessions")).body("{not json").header("content-type", "application/json").send().await.unwrap();
-    assert!(r.status().is_client_error());
+    for (body, content_type) in [("{not json", "application/json"), (r#"{"ns":"web","ttl_ms":1000}"#, "text/plain"), (r#"{"ns":"web"}"#, "application/json")] {
+        let r = http.post(w.http("/v1/sessions")).body(body).header("content-type", content_type).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{body} as {content_type}");
+        let e: Value = r.json().await.expect("a malformed body gets the API's JSON error");
+        assert_eq!(e["code"], json!("INVALID_ARGUMENT"), "{e}");
+    }
+    let r = http.post(w.http("/v1/namespaces")).json(&json!({ "name": "x", "owner": "y", "intent": "Leadership" })).send().await.unwrap();
+    assert_eq!(r.status(), 400, "enum words are exact");
 
     info!("--- /metrics, /healthz, /readyz on the same port");
     assert_eq!(http.get(w.http("/healthz")).send().await.unwrap().status(), 200);
@@ -168,7 +182,7 @@ fn promtool() -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_routed_with_a_stale_epoch_is_refused_and_retried_at_the_new_owner() {
-    let _g = serial();
+    let _g = serial().await;
     let w = World::start(true).await;
     w.namespace("pay", pb::Posture::FailClosed, 0).await;
     let c = LockServiceClient::new(w.gateway_channel().await);
@@ -195,7 +209,7 @@ async fn a_call_routed_with_a_stale_epoch_is_refused_and_retried_at_the_new_owne
     // Cell a has dropped the shard from its own lease (its next renewal after the
     // move): from now on it answers NOT_OWNER, the stale answer the gateway must handle.
     let a_leader = w.cells["a"].iter().find(|n| n.leads()).map(|n| n.client_addr()).expect("cell a has a leader");
-    let mut direct_a = LockServiceClient::new(tonic::transport::Channel::from_shared(format!("http://{a_leader}")).unwrap().connect().await.unwrap());
+    let mut direct_a = LockServiceClient::new(holdfast_rpc::Transport::default().connect(&a_leader.to_string()).await.unwrap());
     let deadline = Instant::now() + WAIT;
     loop {
         let req = pb::CreateSessionRequest { shard: shard("pay"), ttl_ms: 10_000, client_label: String::new() };
@@ -229,7 +243,7 @@ fn stale_routes() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limit_answers_rate_limited_and_spares_other_namespaces() {
-    let _g = serial();
+    let _g = serial().await;
     let w = World::start(false).await;
     w.namespace("busy", pb::Posture::FailClosed, 5).await;
     w.namespace("calm", pb::Posture::FailClosed, 0).await;
@@ -262,7 +276,7 @@ async fn rate_limit_answers_rate_limited_and_spares_other_namespaces() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_cell_fail_closed_refuses_and_fail_open_grants_unfenced() {
-    let _g = serial();
+    let _g = serial().await;
     let mut w = World::start(false).await;
     w.namespace("strict", pb::Posture::FailClosed, 0).await;
     w.namespace("lenient", pb::Posture::FailOpen, 0).await;
@@ -284,7 +298,7 @@ async fn unreachable_cell_fail_closed_refuses_and_fail_open_grants_unfenced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_works_through_the_gateway() {
-    let _g = serial();
+    let _g = serial().await;
     let w = World::start(false).await;
     w.namespace("pay", pb::Posture::FailClosed, 0).await;
     let gateway = w.gateway.grpc_addr().to_string();
@@ -318,7 +332,7 @@ async fn the_sdk_works_through_the_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sdk_session_recreates_itself_after_its_shard_moves() {
-    let _g = serial();
+    let _g = serial().await;
     let w = World::start(true).await;
     w.namespace("pay", pb::Posture::FailClosed, 0).await;
     let client = holdfast_client::Client::connect(&[w.gateway.grpc_addr().to_string()]).await.unwrap();

@@ -12,9 +12,10 @@ use tonic::{Request, Response, Status};
 use tracing::info;
 
 use crate::convert;
-use crate::error::{status, InitError, WriteError};
+use crate::error::{InitError, WriteError};
 use crate::sm_store::ReplicatedState;
 use crate::types::{ChangeMembers, ClientWriteResponse, Node, NodeId, Raft, RaftMetrics, ServerState};
+use holdfast_rpc::status::status;
 
 /// Serves the admin RPCs of one node.
 pub struct RaftAdminService<S: ReplicatedState> {
@@ -39,7 +40,7 @@ impl<S: ReplicatedState> RaftAdminService<S> {
 
 fn member_node(m: &pb::Member) -> Result<(NodeId, Node), Status> {
     if m.raft_addr.is_empty() || m.client_addr.is_empty() {
-        return Err(status(ErrorCode::InvalidArgument, format!("member {} needs both raft_addr and client_addr", m.node_id), None));
+        return Err(status(ErrorCode::InvalidArgument, format!("member {} needs both raft_addr and client_addr", m.node_id)));
     }
     Ok((m.node_id, Node::new(m.raft_addr.clone(), m.client_addr.clone())))
 }
@@ -86,7 +87,7 @@ impl<S: ReplicatedState> RaftAdmin for RaftAdminService<S> {
     async fn initialize(&self, request: Request<pb::InitializeRequest>) -> Result<Response<pb::InitializeResponse>, Status> {
         let members: BTreeMap<NodeId, Node> = request.into_inner().members.iter().map(member_node).collect::<Result<_, _>>()?;
         if members.is_empty() {
-            return Err(status(ErrorCode::InvalidArgument, "no members".into(), None));
+            return Err(status(ErrorCode::InvalidArgument, "no members"));
         }
         info!(members = ?members.keys().collect::<Vec<_>>(), "initializing raft group");
         self.raft.initialize(members).await.map_err(|e| InitError::from(e).to_status())?;
@@ -95,7 +96,7 @@ impl<S: ReplicatedState> RaftAdmin for RaftAdminService<S> {
 
     async fn add_learner(&self, request: Request<pb::AddLearnerRequest>) -> Result<Response<pb::MembershipChangeResponse>, Status> {
         let req = request.into_inner();
-        let learner = req.learner.ok_or_else(|| status(ErrorCode::InvalidArgument, "no learner".into(), None))?;
+        let learner = req.learner.ok_or_else(|| status(ErrorCode::InvalidArgument, "no learner"))?;
         let (id, node) = member_node(&learner)?;
         info!(learner = id, %node, "adding learner");
         let r = self.raft.add_learner(id, node, req.blocking).await.map_err(|e| WriteError::from(e).to_status())?;
@@ -106,7 +107,7 @@ impl<S: ReplicatedState> RaftAdmin for RaftAdminService<S> {
         let req = request.into_inner();
         let voters: BTreeSet<NodeId> = req.voters.into_iter().collect();
         if voters.is_empty() {
-            return Err(status(ErrorCode::InvalidArgument, "no voters".into(), None));
+            return Err(status(ErrorCode::InvalidArgument, "no voters"));
         }
         info!(voters = ?voters, keep_removed_as_learners = req.keep_removed_as_learners, "changing membership");
         let r = self

@@ -1,6 +1,5 @@
 //! Errors of the Raft substrate, each knowing whether a retry can help, and their one
-//! mapping to gRPC statuses (with holdfast's `holdfast-code` / `holdfast-leader`
-//! metadata).
+//! mapping to gRPC statuses (written the wire edge's way: `holdfast_rpc::status`).
 
 use std::io;
 
@@ -8,8 +7,6 @@ use holdfast_core::ErrorCode;
 use openraft::errors::{ChangeMembershipError, ForwardReason};
 
 use crate::types::{ClientWriteError, Fatal, ForwardToLeader, InitializeError, Node, NodeId, RaftError};
-
-pub use holdfast_proto::status::{CODE_METADATA, LEADER_METADATA};
 
 /// Starting a node failed.
 #[derive(Debug, thiserror::Error)]
@@ -67,15 +64,14 @@ impl WriteError {
 
     /// The gRPC status, with the code (and leader hint) in metadata.
     pub fn to_status(&self) -> tonic::Status {
-        let leader_addr = match self {
-            WriteError::NotLeader { leader: Some(n), .. } => Some(n.client_addr.as_str()),
-            _ => None,
-        };
-        status(self.code(), self.to_string(), leader_addr)
+        match self {
+            WriteError::NotLeader { leader, .. } => not_leader(self.to_string(), leader.as_ref().map(|n| n.client_addr.as_str())),
+            _ => status(self.code(), self.to_string()),
+        }
     }
 }
 
-fn not_leader(f: &ForwardToLeader) -> WriteError {
+fn forward(f: &ForwardToLeader) -> WriteError {
     match f.reason {
         ForwardReason::LeaseExpired => WriteError::NoQuorum,
         ForwardReason::NotLeader | ForwardReason::LeadershipTransfer => WriteError::NotLeader { leader_id: f.leader_id, leader: f.leader_node.clone() },
@@ -85,7 +81,7 @@ fn not_leader(f: &ForwardToLeader) -> WriteError {
 impl From<RaftError<ClientWriteError>> for WriteError {
     fn from(e: RaftError<ClientWriteError>) -> Self {
         match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(&f),
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => forward(&f),
             RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => {
                 WriteError::Unknown(format!("entry discarded on a leader change; leader now {:?}", f.leader_id))
             }
@@ -124,12 +120,12 @@ impl InitError {
             // Not an argument problem but a state one: the group already exists.
             InitError::NotAllowed(_) => {
                 let mut s = tonic::Status::failed_precondition(self.to_string());
-                s.metadata_mut().insert(CODE_METADATA, tonic::metadata::MetadataValue::from_static("INVALID_ARGUMENT"));
+                s.metadata_mut().insert(CODE_METADATA, tonic::metadata::MetadataValue::from_static(ErrorCode::InvalidArgument.as_str()));
                 s
             }
-            InitError::Stopped(_) => status(ErrorCode::Unavailable, self.to_string(), None),
+            InitError::Stopped(_) => status(ErrorCode::Unavailable, self.to_string()),
         }
     }
 }
 
-pub use holdfast_proto::status::status;
+use holdfast_rpc::status::{not_leader, status, CODE_METADATA};

@@ -10,14 +10,15 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use holdfast_core::ErrorCode;
-use tokio::sync::watch;
+use holdfast_rpc::CancellationToken;
 use tonic::Status;
 use tracing::warn;
 
-use crate::error::{status, WriteError};
+use crate::error::WriteError;
 use crate::node::current_metrics;
 use crate::sm_store::{ReplicatedState, StateHandle};
 use crate::types::{ForwardToLeader, Raft, ReadPolicy, Request};
+use holdfast_rpc::status::{not_leader, status};
 
 /// How long a linearizable read may wait for the leader to confirm itself.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -89,10 +90,10 @@ impl<S: ReplicatedState> Group<S> {
 
     /// Waits until this node leads and has applied everything earlier leaders committed
     /// (a read index in its own term), then returns that term — the moment leader
-    /// duties may build their view of the state. `None` once `shutdown` turns true.
-    pub async fn await_leadership(&self, shutdown: &mut watch::Receiver<bool>) -> Option<u64> {
+    /// duties may build their view of the state. `None` once `shutdown` fires.
+    pub async fn await_leadership(&self, shutdown: &CancellationToken) -> Option<u64> {
         loop {
-            if *shutdown.borrow() {
+            if shutdown.is_cancelled() {
                 return None;
             }
             if self.raft.as_leader().is_ok() {
@@ -104,7 +105,7 @@ impl<S: ReplicatedState> Group<S> {
             }
             tokio::select! {
                 _ = tokio::time::sleep(LEADERSHIP_POLL) => {}
-                _ = shutdown.changed() => {}
+                _ = shutdown.cancelled() => {}
             }
         }
     }
@@ -123,7 +124,6 @@ impl<S: ReplicatedState> Group<S> {
                 status(
                     ErrorCode::Unavailable,
                     format!("not committed within {} ms (lost quorum?); the outcome is unknown, retry with the same request_id", PROPOSE_TIMEOUT.as_millis()),
-                    None,
                 )
             })?
             .map_err(|e| WriteError::from(e).to_status())?;
@@ -137,10 +137,10 @@ impl<S: ReplicatedState> Group<S> {
         self.assume_leader()?;
         let read = tokio::time::timeout(READ_TIMEOUT, self.raft.ensure_linearizable(ReadPolicy::ReadIndex))
             .await
-            .map_err(|_| status(ErrorCode::Unavailable, "the leader could not confirm a quorum in time".into(), None))?;
+            .map_err(|_| status(ErrorCode::Unavailable, "the leader could not confirm a quorum in time"))?;
         read.map_err(|e| match self.raft.as_leader() {
             Err(fwd) => self.not_leader(&fwd),
-            Ok(_) => status(ErrorCode::Unavailable, format!("linearizable read failed: {e}"), None),
+            Ok(_) => status(ErrorCode::Unavailable, format!("linearizable read failed: {e}")),
         })?;
         Ok(self.state.read(f))
     }
@@ -151,7 +151,7 @@ impl<S: ReplicatedState> Group<S> {
         let leader = self.assume_leader()?;
         self.raft.ensure_linearizable(ReadPolicy::LeaseRead).await.map_err(|e| match self.raft.as_leader() {
             Err(fwd) => self.not_leader(&fwd),
-            Ok(_) => status(ErrorCode::NotLeader, format!("leader lease not held: {e}"), None),
+            Ok(_) => status(ErrorCode::NotLeader, format!("leader lease not held: {e}")),
         })?;
         Ok(leader)
     }
@@ -162,7 +162,7 @@ impl<S: ReplicatedState> Group<S> {
             None => format!("not the leader; no leader of {} is known yet", self.name),
         };
         let hint = fwd.leader_node.as_ref().map(|n| n.client_addr.as_str()).filter(|a| !a.is_empty());
-        status(ErrorCode::NotLeader, msg, hint)
+        not_leader(msg, hint)
     }
 }
 

@@ -52,7 +52,7 @@ pub mod testing;
 
 pub use admin::{metrics_to_pb, RaftAdminService};
 pub use convert::DecodeError;
-pub use error::{status, InitError, StartError, WriteError, CODE_METADATA, LEADER_METADATA};
+pub use error::{InitError, StartError, WriteError};
 pub use group::{wall_clock_ms, Group, Leader, PROPOSE_TIMEOUT, READ_TIMEOUT};
 pub use log_store::LogStore;
 pub use network::{GrpcConnection, GrpcNetworkFactory, NetworkOptions, SNAPSHOT_CHUNK_BYTES};

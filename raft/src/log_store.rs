@@ -104,7 +104,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let last_purged: Option<LogId> = self.get_meta(KEY_LAST_PURGED)?;
-        let last = self.last_entry()?.map(|e| e.log_id).or_else(|| last_purged.clone());
+        let last = self.last_entry()?.map(|e| e.log_id).or(last_purged);
         Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
     }
 

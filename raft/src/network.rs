@@ -1,22 +1,21 @@
 //! The Raft network over tonic gRPC (`RaftNetworkFactory` / `RaftNetworkV2`).
 //!
-//! One HTTP/2 channel per peer address, created lazily and shared by every client that
-//! openraft builds for that peer (replication, heartbeats, snapshots multiplex on it), so
-//! reconnects after a peer restart are the channel's business. Every RPC is bounded by
-//! openraft's soft TTL; a snapshot transfer by its hard TTL and the cancel signal.
+//! One HTTP/2 channel per peer address, from the node's [`Transport`] pool and shared by
+//! every client that openraft builds for that peer (replication, heartbeats, snapshots
+//! multiplex on it), so reconnects after a peer restart are the channel's business.
+//! Every RPC is bounded by openraft's soft TTL; a snapshot transfer by its hard TTL and
+//! the cancel signal.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use holdfast_proto::raft::v1 as pb;
 use holdfast_proto::raft::v1::raft_service_client::RaftServiceClient;
+use holdfast_rpc::{AddressError, Channel, Transport};
 use openraft::errors::{NetworkError, ReplicationClosed, Timeout, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::{OptionalSend, RPCTypes};
-use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, warn};
 
 use crate::convert;
@@ -28,18 +27,17 @@ use crate::types::{
 /// Size of one chunk of an InstallSnapshot stream.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
-/// Transport settings of the Raft network.
+/// What the Raft port needs beyond the node's transport.
 #[derive(Debug, Clone)]
 pub struct NetworkOptions {
-    /// Time allowed to establish a TCP + HTTP/2 connection. Default 500 ms.
-    pub connect_timeout: Duration,
-    /// Largest decoded gRPC message (a big AppendEntries batch). Default 64 MiB.
+    /// Largest gRPC message on the Raft port, both ways (a big AppendEntries batch, a
+    /// snapshot chunk). Default 64 MiB.
     pub max_message_bytes: usize,
 }
 
 impl Default for NetworkOptions {
     fn default() -> Self {
-        NetworkOptions { connect_timeout: Duration::from_millis(500), max_message_bytes: 64 << 20 }
+        NetworkOptions { max_message_bytes: 64 << 20 }
     }
 }
 
@@ -48,7 +46,7 @@ impl Default for NetworkOptions {
 pub struct GrpcNetworkFactory {
     local: NodeId,
     options: NetworkOptions,
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    transport: Transport,
 }
 
 impl fmt::Debug for GrpcNetworkFactory {
@@ -58,8 +56,8 @@ impl fmt::Debug for GrpcNetworkFactory {
 }
 
 impl GrpcNetworkFactory {
-    pub fn new(local: NodeId, options: NetworkOptions) -> Self {
-        GrpcNetworkFactory { local, options, channels: Arc::default() }
+    pub fn new(local: NodeId, options: NetworkOptions, transport: Transport) -> Self {
+        GrpcNetworkFactory { local, options, transport }
     }
 
     /// The node whose outgoing RPCs this factory carries.
@@ -82,19 +80,8 @@ impl GrpcNetworkFactory {
         }
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
-        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = channels.get(addr) {
-            return Ok(c.clone());
-        }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))?
-            .connect_timeout(self.options.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(5))
-            .keep_alive_timeout(Duration::from_secs(5))
-            .connect_lazy();
-        channels.insert(addr.to_string(), channel.clone());
-        Ok(channel)
+    fn channel(&self, addr: &str) -> Result<Channel, AddressError> {
+        self.transport.channel(addr)
     }
 }
 

@@ -9,13 +9,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use holdfast_rpc::Transport;
 use openraft::async_runtime::WatchReceiver;
 use openraft::network::{NetSnapshot, RaftNetworkFactory};
 use rocksdb::DB;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 use crate::admin::RaftAdminService;
@@ -61,6 +61,8 @@ pub struct NodeConfig {
     pub client_addr: String,
     pub timings: RaftTimings,
     pub network: NetworkOptions,
+    /// How this node dials its peers and serves its Raft port.
+    pub transport: Transport,
 }
 
 impl NodeConfig {
@@ -72,6 +74,7 @@ impl NodeConfig {
             client_addr: String::new(),
             timings: RaftTimings::default(),
             network: NetworkOptions::default(),
+            transport: Transport::default(),
         }
     }
 
@@ -116,6 +119,7 @@ pub struct RaftNode<S: ReplicatedState> {
     raft_addr: SocketAddr,
     raft: Raft<S>,
     state: StateHandle<S>,
+    transport: Transport,
     db: Weak<DB>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     stop_server: Option<oneshot::Sender<()>>,
@@ -131,7 +135,7 @@ impl<S: ReplicatedState> RaftNode<S> {
     /// Starts a node on `listener` (bind it first; port 0 is fine) with the gRPC network.
     /// `initial` is the empty application state; a persisted snapshot replaces it.
     pub async fn start(config: NodeConfig, listener: TcpListener, initial: S) -> Result<Self, StartError> {
-        let network = GrpcNetworkFactory::new(config.node_id, config.network.clone());
+        let network = GrpcNetworkFactory::new(config.node_id, config.network.clone(), config.transport.clone());
         Self::start_with_network(config, listener, initial, network).await
     }
 
@@ -155,15 +159,30 @@ impl<S: ReplicatedState> RaftNode<S> {
         let raft = Raft::new(config.node_id, raft_config, network, log_store, sm).await?;
 
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let server = tonic::transport::Server::builder()
+        let transport = config.transport.clone();
+        let router = transport
+            .grpc_server()
             .add_service(RaftGrpcService::new(raft.clone()).into_server(config.network.max_message_bytes))
-            .add_service(RaftAdminService::new(raft.clone()).into_server())
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), async {
-                let _ = stop_rx.await;
-            });
-        let server = tokio::spawn(server);
+            .add_service(holdfast_rpc::bounded!(RaftAdminService::new(raft.clone()).into_server(), transport));
+        let server = tokio::spawn(async move {
+            transport
+                .serve_grpc(router, listener, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+        });
         info!(node_id = config.node_id, %raft_addr, dir = %config.data_dir.display(), "raft node started");
-        Ok(RaftNode { id: config.node_id, node, raft_addr, raft, state, db: weak_db, server: Some(server), stop_server: Some(stop_tx) })
+        Ok(RaftNode {
+            id: config.node_id,
+            node,
+            raft_addr,
+            raft,
+            state,
+            transport: config.transport.clone(),
+            db: weak_db,
+            server: Some(server),
+            stop_server: Some(stop_tx),
+        })
     }
 
     pub fn id(&self) -> NodeId {
@@ -177,6 +196,11 @@ impl<S: ReplicatedState> RaftNode<S> {
 
     pub fn raft_addr(&self) -> SocketAddr {
         self.raft_addr
+    }
+
+    /// How this node dials and serves.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
     }
 
     /// The openraft handle (metrics, `ensure_linearizable`, membership changes, ...).

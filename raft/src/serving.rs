@@ -1,56 +1,76 @@
 //! A node of a replicated group, serving: its Raft node (peer port), its client gRPC
-//! port, the background duties it runs, and one shutdown with a hard deadline. A cell
-//! node and a registry node are each this plus their own state and services.
+//! port, its HTTP port (`/metrics`, `/healthz`, `/readyz`) if it has one, the
+//! background duties it runs, and one shutdown with a hard deadline. A cell node and a
+//! registry node are each this plus their own state and services.
 
 use crate::error::InitError;
 use crate::node::RaftNode;
 use crate::sm_store::ReplicatedState;
 use crate::types::{Node, NodeId, RaftMetrics};
+use holdfast_rpc::{CancellationToken, GrpcRouter, Tasks, Transport};
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tracing::warn;
 
 #[derive(Debug)]
 pub struct Serving<S: ReplicatedState> {
     node: RaftNode<S>,
     client_addr: SocketAddr,
-    stop: watch::Sender<bool>,
-    /// Awaited, in order, by [`Serving::shutdown`] after the stop signal.
-    tasks: Vec<JoinHandle<()>>,
+    /// The client API server and every duty: all stop with [`Serving::shutdown`].
+    tasks: Tasks,
     deadline: Duration,
 }
 
 impl<S: ReplicatedState> Serving<S> {
     /// Serves `router` on `client` until [`Serving::shutdown`]; `what` names the API in
     /// logs. `deadline` bounds the whole shutdown.
-    pub fn new(node: RaftNode<S>, client: TcpListener, router: tonic::transport::server::Router, deadline: Duration, what: &'static str) -> Serving<S> {
+    /// `tasks` are the node's (created before the services, which spawn per-call work
+    /// into them).
+    pub fn new(node: RaftNode<S>, client: TcpListener, router: GrpcRouter, tasks: Tasks, deadline: Duration, what: &'static str) -> Serving<S> {
         let client_addr = client.local_addr().expect("a bound listener has an address");
-        let (stop, rx) = watch::channel(false);
-        let mut stopped = rx;
-        let svc = router.serve_with_incoming_shutdown(TcpIncoming::from(client).with_nodelay(Some(true)), async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        });
-        let server = tokio::spawn(async move {
-            if let Err(e) = svc.await {
+        let transport = node.transport().clone();
+        let stop = tasks.stop_token();
+        tasks.spawn_graceful(what, async move {
+            if let Err(e) = transport.serve_grpc(router, client, stop.cancelled_owned()).await {
                 warn!(error = %e, "the {what} server ended with an error");
             }
         });
-        Serving { node, client_addr, stop, tasks: vec![server], deadline }
+        Serving { node, client_addr, tasks, deadline }
     }
 
-    /// Turns `true` when the node is shutting down: every duty watches it.
-    pub fn stop_signal(&self) -> watch::Receiver<bool> {
-        self.stop.subscribe()
+    /// Fires when the node starts shutting down: every duty watches it.
+    pub fn stop_signal(&self) -> CancellationToken {
+        self.tasks.stop_token()
     }
 
-    /// A duty the shutdown waits for (it must end once the stop signal turns `true`).
-    pub fn keep(&mut self, task: JoinHandle<()>) {
-        self.tasks.push(task);
+    /// The node's tasks: a duty spawned here is stopped (and waited for) by the
+    /// shutdown.
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
+
+    /// Runs `duty` as task `name` until the node shuts down.
+    pub fn spawn(&self, name: &'static str, duty: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(name, duty);
+    }
+
+    /// Serves `/metrics`, `/healthz` and `/readyz` (and whatever `router` adds) on
+    /// `listener` until the node shuts down.
+    pub fn serve_http(&self, name: &'static str, router: axum::Router, listener: TcpListener) {
+        let transport = self.transport().clone();
+        let stop = self.tasks.stop_token();
+        self.tasks.spawn_graceful(name, async move {
+            if let Err(e) = transport.serve_http(router, listener, stop.cancelled_owned()).await {
+                warn!(error = %e, "the {name} endpoint stopped");
+            }
+        });
+    }
+
+    pub fn transport(&self) -> &Transport {
+        self.node.transport()
     }
 
     pub fn raft_node(&self) -> &RaftNode<S> {
@@ -87,17 +107,14 @@ impl<S: ReplicatedState> Serving<S> {
     /// the deadline.
     pub async fn shutdown(self) {
         let id = self.node.id();
-        let _ = self.stop.send(true);
-        let deadline = self.deadline;
-        let (node, tasks) = (self.node, self.tasks);
-        let work = async move {
-            for t in tasks {
-                let _ = t.await;
-            }
-            node.shutdown().await;
-        };
-        if tokio::time::timeout(deadline, work).await.is_err() {
-            warn!(node_id = id, ?deadline, "shutdown passed its deadline; giving up on a clean stop");
+        let started = tokio::time::Instant::now();
+        let left = self.tasks.shutdown(self.deadline).await;
+        if !left.is_empty() {
+            warn!(node_id = id, tasks = ?left, "tasks outlived the shutdown deadline and were aborted");
+        }
+        let rest = self.deadline.saturating_sub(started.elapsed()).max(Duration::from_millis(100));
+        if tokio::time::timeout(rest, self.node.shutdown()).await.is_err() {
+            warn!(node_id = id, deadline = ?self.deadline, "shutdown passed its deadline; giving up on a clean stop");
         }
     }
 }

@@ -137,7 +137,7 @@ impl<S: ReplicatedState> StateMachineStore<S> {
             Some(s) => {
                 initial.restore(&s.data)?;
                 info!(last_log_id = ?s.meta.last_log_id, bytes = s.data.len(), "state restored from snapshot");
-                (s.meta.last_log_id.clone(), s.meta.last_membership.clone())
+                (s.meta.last_log_id, s.meta.last_membership.clone())
             }
             None => (None, StoredMembership::default()),
         };
@@ -214,7 +214,7 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
     type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
-        Ok((self.last_applied.clone(), self.last_membership.clone()))
+        Ok((self.last_applied, self.last_membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
@@ -230,7 +230,7 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                     Response { payload }
                 }
                 EntryPayload::Membership(m) => {
-                    self.last_membership = StoredMembership::new(Some(entry.log_id.clone()), m);
+                    self.last_membership = StoredMembership::new(Some(entry.log_id), m);
                     Response::default()
                 }
             };
@@ -251,7 +251,7 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         SnapshotBuilder {
             db: self.db.clone(),
             snapshot_write: self.snapshot_write.clone(),
-            meta: SnapshotMeta { last_log_id: self.last_applied.clone(), last_membership: self.last_membership.clone() },
+            meta: SnapshotMeta { last_log_id: self.last_applied, last_membership: self.last_membership.clone() },
             data,
         }
     }
@@ -264,7 +264,7 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         let guard = self.snapshot_write.clone();
         let stored = tokio::task::spawn_blocking(move || persist_snapshot(&db, &guard, &stored).map(|_| stored)).await.map_err(io::Error::other)??;
         self.write_lock().restore(&stored.data)?;
-        self.last_applied = meta.last_log_id.clone();
+        self.last_applied = meta.last_log_id;
         self.last_membership = meta.last_membership.clone();
         self.applied_tx.send_replace(meta.last_log_id.as_ref().map(|l| l.index));
         info!(last_log_id = ?meta.last_log_id, bytes = stored.data.len(), "snapshot installed");

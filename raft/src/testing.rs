@@ -242,7 +242,7 @@ impl<S: crate::sm_store::ReplicatedState> crate::node::RaftNode<S> {
         initial: S,
         faults: Arc<Faults>,
     ) -> Result<Self, crate::error::StartError> {
-        let inner = crate::network::GrpcNetworkFactory::new(config.node_id, config.network.clone());
+        let inner = crate::network::GrpcNetworkFactory::new(config.node_id, config.network.clone(), config.transport.clone());
         Self::start_with_network(config, listener, initial, FaultyNetworkFactory::new(inner, faults)).await
     }
 }

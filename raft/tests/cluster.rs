@@ -18,7 +18,7 @@ use tracing::info;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_replicate_to_every_node() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut c = TestCluster::start(3, timings()).await;
 
     info!("--- write 50 values through the leader");
@@ -52,7 +52,7 @@ async fn entries_replicate_to_every_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_leader_after_leader_shutdown_holds_every_committed_entry() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut c = TestCluster::start(3, timings()).await;
 
     info!("--- commit 20 values");
@@ -83,7 +83,7 @@ async fn new_leader_after_leader_shutdown_holds_every_committed_entry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_follower_catches_up_through_a_snapshot() {
-    let _serial = serial();
+    let _serial = serial().await;
     // Snapshot every 20 entries and keep no log behind it: a node that misses more than
     // that cannot be fed from the log.
     let t = RaftTimings { snapshot_every_logs: 20, logs_kept_after_snapshot: 0, ..timings() };
@@ -130,7 +130,7 @@ async fn restarted_follower_catches_up_through_a_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minority_cut_off_cannot_commit_while_majority_moves_on() {
-    let _serial = serial();
+    let _serial = serial().await;
     let c = TestCluster::start(3, timings()).await;
     for v in 0..5 {
         c.write(v).await.expect("write");
@@ -180,7 +180,7 @@ async fn minority_cut_off_cannot_commit_while_majority_moves_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_changes_while_writes_go_on() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut c = TestCluster::start(3, timings()).await;
     c.start_node(4).await;
 
@@ -214,8 +214,8 @@ async fn membership_changes_while_writes_go_on() {
     };
 
     let leader = c.leader_among(&[1, 2, 3], WAIT).await;
-    let admin_addr = format!("http://{}", c.nodes[&leader].raft_addr());
-    let mut admin = RaftAdminClient::connect(admin_addr).await.expect("admin client");
+    let channel = holdfast_rpc::Transport::default().connect(&c.nodes[&leader].raft_addr().to_string()).await.expect("admin client");
+    let mut admin = RaftAdminClient::new(channel);
     let n4 = c.nodes[&4].node().clone();
 
     info!("--- add node 4 as a learner (blocking until it caught up), over the admin gRPC API");

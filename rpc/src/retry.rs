@@ -1,10 +1,10 @@
-//! Retry policy: exponential backoff with full jitter (the seed's Appendix D:
-//! 50 ms → 2 s), so a cell that comes back is not hit by every client at once.
+//! Retry policy: exponential backoff with full jitter (50 ms → 2 s), so a group that
+//! comes back is not hit by every caller at once.
 
 use rand::Rng;
 use std::time::Duration;
 
-/// How the SDK retries retryable errors. Defaults follow the seed.
+/// How a caller retries retryable failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// The first backoff's ceiling. Default 50 ms.
@@ -24,13 +24,13 @@ impl Default for RetryPolicy {
 
 /// The backoff state of one call (or of one renewal loop).
 #[derive(Debug, Clone)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     policy: RetryPolicy,
     attempt: u32,
 }
 
 impl Backoff {
-    pub(crate) fn new(policy: RetryPolicy) -> Backoff {
+    pub fn new(policy: RetryPolicy) -> Backoff {
         Backoff { policy, attempt: 0 }
     }
 
@@ -41,14 +41,14 @@ impl Backoff {
     }
 
     /// The next sleep: uniform in `[0, ceiling]` ("full jitter").
-    pub(crate) fn next_delay(&mut self) -> Duration {
+    pub fn next_delay(&mut self) -> Duration {
         let ceiling = self.ceiling();
         self.attempt = self.attempt.saturating_add(1);
         let ms = ceiling.as_millis() as u64;
         Duration::from_millis(rand::rng().random_range(0..=ms))
     }
 
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.attempt = 0;
     }
 }

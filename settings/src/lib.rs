@@ -42,7 +42,7 @@ pub fn layered<'a, T: DeserializeOwned>(
 /// The `HOLDFAST_*` environment as a config source, without the command line's own
 /// variables (`holdfast_core::CLI_ONLY_ENV`): a shell that exported one for the CLI must
 /// still be able to start a server, whose config refuses unknown keys. The prefix
-/// separator must be set too, or `HOLDFAST_X` is silently ignored (FIELD-NOTES).
+/// separator must be set too, or `HOLDFAST_X` is silently ignored (docs/development.md, "Traps already hit").
 pub fn environment() -> config::Environment {
     let vars: config::Map<String, String> = std::env::vars().filter(|(k, _)| !holdfast_core::CLI_ONLY_ENV.contains(&k.as_str())).collect();
     config::Environment::with_prefix("HOLDFAST").prefix_separator("_").separator("__").try_parsing(true).source(Some(vars))

@@ -4,7 +4,7 @@
 //! Recording goes through the `metrics` facade (`metrics::counter!(names::X, ...)`);
 //! this crate installs the Prometheus recorder once per process and describes every
 //! name, so `promtool check metrics` finds a HELP and TYPE line for each. Names follow
-//! the seed (DESIGN.md, "Metrics"); the `holdfast_` ones are ours.
+//! docs/design.md ("Metrics"); the `holdfast_` ones are ours.
 //!
 //! What does not live here: deciding what to measure (each server does), tracing setup.
 
@@ -17,8 +17,6 @@ use metrics::Unit;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 pub use holdfast_core::metric_names as names;
 
@@ -84,21 +82,8 @@ fn describe() {
 /// Is this process ready to serve? `/readyz` answers 200 when it says so.
 pub type Readiness = Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// Serves `/metrics` (Prometheus text), `/healthz` (the process runs) and `/readyz`
-/// until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, ready: Readiness, mut shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
-    let keeper = tokio::spawn(upkeep());
-    let r = axum::serve(listener, router(ready))
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|s| *s).await;
-        })
-        .await;
-    keeper.abort();
-    r
-}
-
 /// Drains histogram samples every few seconds, even if nobody scrapes. Runs forever:
-/// spawn it next to a server that uses [`router`], and abort it with the server.
+/// run it as a task of the server that serves [`router`].
 pub async fn upkeep() {
     let handle = install();
     let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -108,8 +93,9 @@ pub async fn upkeep() {
     }
 }
 
-/// `/metrics`, `/healthz` and `/readyz` as a router, for a server that merges them into
-/// its own HTTP port (the gateway). Installs the recorder if it is not yet.
+/// `/metrics`, `/healthz` and `/readyz` as a router, served by the wire edge
+/// (`holdfast_rpc::Transport::serve_http`) on a node's metrics port or merged into the
+/// gateway's HTTP port. Installs the recorder if it is not yet.
 pub fn router(ready: Readiness) -> Router {
     Router::new().route("/metrics", get(metrics_text)).route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz)).with_state((install(), ready))
 }
@@ -131,34 +117,29 @@ async fn readyz(State((_, ready)): State<AppState>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tower::ServiceExt;
+
+    async fn get(router: &Router, path: &str) -> (StatusCode, String) {
+        let req = axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap();
+        let resp = router.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
 
     #[tokio::test]
     async fn serves_described_metrics_and_readiness() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let r2 = ready.clone();
-        let (tx, rx) = watch::channel(false);
         install(); // before anything records, as a process does at start
-        let server = tokio::spawn(serve(listener, Arc::new(move || r2.load(std::sync::atomic::Ordering::SeqCst)), rx));
+        let app = router(Arc::new(move || r2.load(std::sync::atomic::Ordering::SeqCst)));
         metrics::counter!(names::ADMIN_BREAK, "ns" => "pay").increment(2);
-        let text = get_text(addr, "/metrics").await;
+        let (_, text) = get(&app, "/metrics").await;
         assert!(text.contains("# TYPE lock_admin_break_total counter"), "{text}");
         assert!(text.contains("lock_admin_break_total{ns=\"pay\"} 2"), "{text}");
-        assert!(get_text(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        assert_eq!(get(&app, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
         ready.store(true, std::sync::atomic::Ordering::SeqCst);
-        assert!(get_text(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
-        tx.send(true).unwrap();
-        server.await.unwrap().unwrap();
-    }
-
-    /// A bare HTTP/1.1 GET: the test must not depend on our own client code.
-    async fn get_text(addr: std::net::SocketAddr, path: &str) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        out
+        assert_eq!(get(&app, "/readyz").await.0, StatusCode::OK);
+        assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK);
     }
 }

@@ -1,10 +1,15 @@
 //! holdfast-testkit: helpers shared by the test suites of several crates. A
-//! dev-dependency only. It may depend on the registry server but never on the cell
-//! server, whose own tests use it.
+//! dev-dependency only, and one that depends on no holdfast crate, so every crate's
+//! tests can use it.
 //!
+//! - [`serial`]: one cluster test at a time within a test binary;
 //! - [`proxy::Proxy`]: a TCP proxy a test can cut, to partition one process's view of
 //!   another (a cell from the registry, a gateway from the registry).
-//! - [`registry`]: a 3-voter registry in this process.
+//!
+//! A test registry is the registry crate's own (`holdfast_registry::testing`, feature
+//! `test-support`).
 
 pub mod proxy;
-pub mod registry;
+mod serial;
+
+pub use serial::serial;

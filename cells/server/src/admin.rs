@@ -7,7 +7,7 @@ use holdfast_cell_state::{Command, Outcome};
 use holdfast_core::{Epoch, ErrorCode, LockName, NamespaceName, ShardKey, ShardName};
 use holdfast_proto::admin::v1 as pb;
 use holdfast_proto::admin::v1::cell_admin_server::CellAdmin;
-use holdfast_raft::status;
+use holdfast_rpc::status::status;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 use tracing::info;
@@ -41,7 +41,7 @@ impl CellAdmin for CellAdminApi {
                 Ok(Response::new(pb::ApplyNamespaceResponse { version }))
             }
             Ok(Outcome::ConfigUnchanged { current }) => Ok(Response::new(pb::ApplyNamespaceResponse { version: current })),
-            Ok(o) => Err(status(ErrorCode::Unavailable, format!("unexpected outcome {o:?}"), None)),
+            Ok(o) => Err(status(ErrorCode::Unavailable, format!("unexpected outcome {o:?}"))),
             Err(e) => Err(cell_status(&e)),
         }
     }
@@ -75,7 +75,7 @@ impl CellAdmin for CellAdminApi {
                     held_locks: held_locks.into_iter().map(String::from).collect(),
                 }))
             }
-            Ok(o) => Err(status(ErrorCode::Unavailable, format!("unexpected outcome {o:?}"), None)),
+            Ok(o) => Err(status(ErrorCode::Unavailable, format!("unexpected outcome {o:?}"))),
             Err(e) => Err(cell_status(&e)),
         }
     }

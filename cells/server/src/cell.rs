@@ -8,8 +8,10 @@ use crate::ownership::OwnershipLease;
 use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, Outcome};
 use holdfast_core::ErrorCode;
 use holdfast_core::ShardKey;
-use holdfast_raft::{status, Group};
+use holdfast_raft::Group;
 pub use holdfast_raft::{wall_clock_ms, Leader};
+use holdfast_rpc::status::status;
+use holdfast_rpc::Tasks;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tonic::Status;
@@ -22,6 +24,9 @@ pub struct Cell {
     /// The leader's ownership lease when the cell follows the registry; `None` in
     /// admin mode (no registry configured: nothing gates grants).
     pub(crate) ownership: Option<Mutex<OwnershipLease>>,
+    /// The node's tasks: per-call work (renewal and watch streams) runs under the
+    /// node's shutdown.
+    pub(crate) tasks: Tasks,
 }
 
 impl Cell {
@@ -37,7 +42,7 @@ impl Cell {
     pub async fn propose(&self, leader: Leader, cmd: Command) -> Result<Result<Outcome, CellError>, Status> {
         let entry = Entry::new(wall_clock_ms(), cmd);
         let answer = self.group.propose(leader, entry.encode()).await?;
-        let applied = Applied::decode(&answer).map_err(|e| status(ErrorCode::Unavailable, format!("cannot decode the apply result: {e}"), None))?;
+        let applied = Applied::decode(&answer).map_err(|e| status(ErrorCode::Unavailable, format!("cannot decode the apply result: {e}")))?;
         Ok(applied.result)
     }
 
@@ -54,12 +59,12 @@ impl Cell {
             // Listed by the registry but not served: being adopted, or sealed and
             // draining away. Either is a moment away from a clear answer.
             if let Some(r) = gate.lock().expect("ownership lock").unserved(shard) {
-                return Err(status(r.code, r.message, None));
+                return Err(status(r.code, r.message));
             }
             // Unknown or sealed here: the lock table answers with the precise error.
             return Ok(());
         };
-        gate.lock().expect("ownership lock").may_grant(Instant::now(), shard, epoch).map_err(|r| status(r.code, r.message, None))
+        gate.lock().expect("ownership lock").may_grant(Instant::now(), shard, epoch).map_err(|r| status(r.code, r.message))
     }
 
     /// Rule 1 of the session rules: succeeds only while this leader holds openraft's
@@ -71,5 +76,5 @@ impl Cell {
 
 /// The one mapping of lock-table refusals to gRPC statuses.
 pub fn cell_status(e: &CellError) -> Status {
-    status(e.code(), e.to_string(), None)
+    status(e.code(), e.to_string())
 }

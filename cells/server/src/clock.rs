@@ -5,7 +5,7 @@
 //! unit-tested without tokio and without sleeping. Only the leader has one; a new
 //! leader builds a fresh one from the replicated state ([`LeaseClock::on_election`]).
 //!
-//! The session rules (DESIGN.md, "Lock semantics"):
+//! The session rules (docs/design.md, "Sessions: the four rules"):
 //! 1. a renewal is confirmed only under the leader lease (checked by the caller, with
 //!    openraft's lease read, before [`LeaseClock::renew`]);
 //! 2. every `checkpoint_interval` the leader commits one entry listing the sessions that

@@ -6,6 +6,7 @@
 
 use holdfast_raft::settings::{load_layered, validate_node};
 use holdfast_raft::RaftTimings;
+use holdfast_rpc::TransportOptions;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -52,6 +53,10 @@ pub struct CellConfig {
     pub snapshot_every_logs: u64,
     /// Longest a graceful shutdown may take before the process exits anyway, ms. Default 5000.
     pub shutdown_deadline_ms: u64,
+    /// Transport settings (`[transport]`: timeouts, keepalive, message and concurrency
+    /// limits); every field has a default.
+    #[serde(default)]
+    pub transport: TransportOptions,
     /// A planted bug, to prove a drill's checker catches it — never in production, and
     /// refused by release builds. `token-reuse`: grants stop advancing the token
     /// sequence, so a lock's next holder gets the last holder's token. Default unset.
@@ -112,10 +117,9 @@ impl CellConfig {
             Some(other) => return Err(ConfigError::Invalid(format!("unsafe_plant {other:?}: the only planted bug is \"token-reuse\""))),
         }
         for e in self.registry() {
-            if e.parse::<std::net::SocketAddr>().is_err() {
-                return Err(ConfigError::Invalid(format!("registry endpoint {e:?} is not host:port with a numeric IP")));
-            }
+            holdfast_rpc::host_port(&e).map_err(|e| ConfigError::Invalid(format!("registry_endpoints: {e}")))?;
         }
+        self.transport.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

@@ -9,11 +9,11 @@ use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::convert as wire;
 pub use holdfast_proto::convert::{intent_to, mode_to, namespace_to, posture_to, reason_to};
 use holdfast_proto::lock::v1 as pb;
-use holdfast_raft::status;
+use holdfast_rpc::status::status;
 use tonic::Status;
 
 pub fn invalid(msg: impl std::fmt::Display) -> Status {
-    status(ErrorCode::InvalidArgument, msg.to_string(), None)
+    status(ErrorCode::InvalidArgument, msg.to_string())
 }
 
 /// The shard a request addresses, and the epoch it believes in (None: any).

@@ -10,21 +10,20 @@
 use crate::cell::Cell;
 use crate::ownership::{plan, Listed, OwnershipLease, Step};
 use holdfast_cell_state::{Command, Outcome};
-use holdfast_client::upstream::{Upstream, CALL_TIMEOUT};
 use holdfast_core::{Epoch, LockName, NamespaceConfig};
 use holdfast_proto::convert::{namespace_from, shard_key};
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+use holdfast_rpc::{Budget, CancellationToken, Hints, Transport, Upstream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// Retry pace while the registry does not answer.
 const RETRY: Duration = Duration::from_millis(200);
 
-/// The cell's client of the registry: its configured endpoints only (see
-/// `holdfast_client::upstream`), the one that answered last first.
+/// The cell's client of the registry: its configured endpoints only
+/// ([`Hints::Members`]), the one that answered last first.
 #[derive(Debug)]
 pub struct RegistryLink {
     cell: String,
@@ -32,41 +31,47 @@ pub struct RegistryLink {
 }
 
 impl RegistryLink {
-    pub fn new(cell: String, endpoints: Vec<String>) -> RegistryLink {
-        RegistryLink { cell, registry: Upstream::new(endpoints) }
+    pub fn new(cell: String, endpoints: Vec<String>, transport: &Transport) -> RegistryLink {
+        RegistryLink { cell, registry: Upstream::new(transport, endpoints, Hints::Members) }
+    }
+
+    fn budget(&self) -> Budget {
+        Budget::per_attempt(self.registry.transport().options().request_timeout())
     }
 
     async fn renew(&mut self, serving: Vec<rpb::ServedShard>) -> Result<rpb::RenewOwnershipResponse, String> {
         let req = rpb::RenewOwnershipRequest { cell: self.cell.clone(), serving };
         self.registry
-            .call(CALL_TIMEOUT, |ch| {
+            .call(self.budget(), |ch| {
                 let req = req.clone();
                 async move { RegistryServiceClient::new(ch).renew_ownership(req).await }
             })
             .await
-            .map_err(|e| format!("RenewOwnership: {}", e.into_status().message()))
+            .map(|c| c.value)
+            .map_err(|e| format!("RenewOwnership: {e}"))
     }
 
     async fn report_sealed(&mut self, req: rpb::ReportSealedRequest) -> Result<rpb::ReportSealedResponse, String> {
         self.registry
-            .call(CALL_TIMEOUT, |ch| {
+            .call(self.budget(), |ch| {
                 let req = req.clone();
                 async move { RegistryServiceClient::new(ch).report_sealed(req).await }
             })
             .await
-            .map_err(|e| format!("ReportSealed: {}", e.into_status().message()))
+            .map(|c| c.value)
+            .map_err(|e| format!("ReportSealed: {e}"))
     }
 }
 
-/// Runs until `shutdown` turns true: renews while this node leads, idles otherwise.
-pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, mut shutdown: watch::Receiver<bool>) {
+/// Runs until `shutdown` fires: renews while this node leads, idles otherwise.
+pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, shutdown: CancellationToken) {
     let Some(gate) = cell.ownership.as_ref() else { return };
     loop {
-        let Some(term) = cell.group.await_leadership(&mut shutdown).await else { return };
+        let Some(term) = cell.group.await_leadership(&shutdown).await else { return };
         // A new leader grants nothing until it has renewed.
         *gate.lock().expect("ownership lock") = OwnershipLease::new(margin);
         info!(term, "following the registry: renewing the ownership lease");
-        while cell.group.leader_in_term(term).is_some() && !*shutdown.borrow() {
+        while cell.group.leader_in_term(term).is_some() && !shutdown.is_cancelled() {
             let pause = match follow_once(&cell, &mut link).await {
                 Ok(lease) => lease / 3,
                 Err(e) => {
@@ -76,7 +81,7 @@ pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, mut 
             };
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = shutdown.changed() => {}
+                _ = shutdown.cancelled() => {}
             }
         }
         *gate.lock().expect("ownership lock") = OwnershipLease::new(margin);

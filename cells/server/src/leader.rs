@@ -6,22 +6,22 @@
 use crate::cell::Cell;
 use crate::clock::LeaseClock;
 use holdfast_cell_state::Command;
+use holdfast_rpc::CancellationToken;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// The loop wakes at least this often to notice a lost leadership.
 const TICK: Duration = Duration::from_millis(50);
 
-/// Runs until `shutdown` turns true.
-pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, mut shutdown: watch::Receiver<bool>) {
+/// Runs until `shutdown` fires.
+pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, shutdown: CancellationToken) {
     // `await_leadership` returns once everything earlier leaders committed is applied,
     // so the clock is built from the state they left.
-    while let Some(term) = cell.group.await_leadership(&mut shutdown).await {
+    while let Some(term) = cell.group.await_leadership(&shutdown).await {
         install_clock(&cell, checkpoint_interval);
         info!(node_id = cell.group.node_id(), term, "leader duties started: session countdowns resumed");
-        duties(&cell, term, checkpoint_interval, &mut shutdown).await;
+        duties(&cell, term, checkpoint_interval, &shutdown).await;
         *cell.hooks.clock.lock().expect("clock lock") = None;
         info!(node_id = cell.group.node_id(), term, "leader duties stopped");
     }
@@ -38,9 +38,9 @@ fn install_clock(cell: &Cell, checkpoint_interval: Duration) {
     });
 }
 
-async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shutdown: &mut watch::Receiver<bool>) {
+async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shutdown: &CancellationToken) {
     loop {
-        if *shutdown.borrow() {
+        if shutdown.is_cancelled() {
             return;
         }
         let Some(leader) = cell.group.leader_in_term(term) else { return };
@@ -92,7 +92,7 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
         let sleep = next.saturating_duration_since(Instant::now()).min(TICK);
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
-            _ = shutdown.changed() => {}
+            _ = shutdown.cancelled() => {}
         }
     }
 }

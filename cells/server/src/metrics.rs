@@ -9,10 +9,10 @@ use crate::cell::{wall_clock_ms, Cell};
 use holdfast_core::metric_names as m;
 use holdfast_core::NamespaceName;
 use holdfast_raft::current_metrics;
+use holdfast_rpc::CancellationToken;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 use tonic::Status;
 
 const REFRESH: Duration = Duration::from_secs(1);
@@ -22,8 +22,8 @@ pub fn acquire_answered<T>(ns: &NamespaceName, started: Instant, result: &Result
     match result {
         Ok(_) => metrics::histogram!(m::ACQUIRE_LATENCY, "ns" => ns.to_string()).record(started.elapsed().as_secs_f64()),
         Err(s) => {
-            let code = s.metadata().get(holdfast_raft::CODE_METADATA).and_then(|v| v.to_str().ok()).unwrap_or("UNAVAILABLE").to_owned();
-            metrics::counter!(m::ACQUIRE_ERRORS, "ns" => ns.to_string(), "code" => code).increment(1);
+            let code = holdfast_rpc::status::code_of(s).unwrap_or(holdfast_core::ErrorCode::Unavailable);
+            metrics::counter!(m::ACQUIRE_ERRORS, "ns" => ns.to_string(), "code" => code.as_str()).increment(1);
         }
     }
 }
@@ -42,7 +42,7 @@ pub fn session_expired(ns: &NamespaceName) {
 }
 
 /// Refreshes the Raft and lock-table gauges every second until `shutdown`.
-pub async fn refresh(cell: Arc<Cell>, cell_name: String, mut shutdown: watch::Receiver<bool>) {
+pub async fn refresh(cell: Arc<Cell>, cell_name: String, shutdown: CancellationToken) {
     // Series this node has set, so it can zero them when they go away.
     let mut waiters_seen: BTreeSet<(String, String)> = BTreeSet::new();
     let mut ns_seen: BTreeSet<String> = BTreeSet::new();
@@ -98,7 +98,7 @@ pub async fn refresh(cell: Arc<Cell>, cell_name: String, mut shutdown: watch::Re
         shards_seen.extend(shards_now);
         tokio::select! {
             _ = tokio::time::sleep(REFRESH) => {}
-            _ = shutdown.wait_for(|s| *s) => return,
+            _ = shutdown.cancelled() => return,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The cell leader's ownership lease from the registry, and what to commit to follow it.
 //!
-//! DESIGN.md, "Ownership leases": a cell may grant for a shard only while it holds the
+//! docs/design.md, "Ownership leases": a cell may grant for a shard only while it holds the
 //! registry's ownership lease; each renewal answer lists the `(shard, epoch)` pairs it
 //! covers and the cell serves exactly those; a new cell leader grants nothing until it
 //! has renewed; a cell that cannot renew stops granting before its lease runs out,

@@ -11,10 +11,11 @@ use crate::service::LockApi;
 use holdfast_proto::admin::v1::cell_admin_server::CellAdminServer;
 use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
 use holdfast_raft::{Group, NodeConfig, RaftNode, Serving, StartError};
+use holdfast_rpc::{bounded, Tasks, Transport};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tracing::{info, warn};
+use tracing::info;
 
 /// A running cell node. Its node accessors (`node_id`, `client_addr`, `raft_addr`,
 /// `metrics`, `initialize`, ...) are [`Serving`]'s.
@@ -42,9 +43,17 @@ impl CellServer {
     /// Starts on listeners the caller bound (tests bind port 0).
     pub async fn start_on(cfg: &CellConfig, raft: TcpListener, client: TcpListener) -> Result<CellServer, StartError> {
         let hooks = Hooks::new();
-        let (node_cfg, client_listener) = Self::node_config(cfg, client)?;
+        let metrics = Self::bind_metrics(cfg).await?;
+        let node_cfg = Self::node_config(cfg, &client)?;
         let node = RaftNode::start(node_cfg, raft, Self::machine(cfg, &hooks)).await?;
-        Ok(Self::serve(cfg, node, hooks, client_listener))
+        Ok(Self::serve(cfg, node, hooks, client, metrics))
+    }
+
+    async fn bind_metrics(cfg: &CellConfig) -> Result<Option<TcpListener>, StartError> {
+        Ok(match &cfg.metrics_addr {
+            Some(addr) => Some(TcpListener::bind(addr).await?),
+            None => None,
+        })
     }
 
     /// Like [`CellServer::start_on`], with the fault router between this node and its
@@ -57,9 +66,10 @@ impl CellServer {
         faults: Arc<holdfast_raft::testing::Faults>,
     ) -> Result<CellServer, StartError> {
         let hooks = Hooks::new();
-        let (node_cfg, client_listener) = Self::node_config(cfg, client)?;
+        let metrics = Self::bind_metrics(cfg).await?;
+        let node_cfg = Self::node_config(cfg, &client)?;
         let node = RaftNode::start_with_faults(node_cfg, raft, Self::machine(cfg, &hooks), faults).await?;
-        Ok(Self::serve(cfg, node, hooks, client_listener))
+        Ok(Self::serve(cfg, node, hooks, client, metrics))
     }
 
     fn machine(cfg: &CellConfig, hooks: &Arc<Hooks>) -> CellMachine {
@@ -72,46 +82,42 @@ impl CellServer {
         CellMachine::new(hooks.clone())
     }
 
-    fn node_config(cfg: &CellConfig, client: TcpListener) -> Result<(NodeConfig, TcpListener), StartError> {
+    fn node_config(cfg: &CellConfig, client: &TcpListener) -> Result<NodeConfig, StartError> {
         let client_addr = client.local_addr()?;
         let mut node_cfg = NodeConfig::new(cfg.node_id, format!("cell-{}", cfg.cell), &cfg.data_dir);
         node_cfg.client_addr = cfg.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string());
         node_cfg.timings = cfg.timings();
-        Ok((node_cfg, client))
+        node_cfg.transport = Transport::new(cfg.transport.clone());
+        Ok(node_cfg)
     }
 
-    fn serve(cfg: &CellConfig, node: RaftNode<CellMachine>, hooks: Arc<Hooks>, client: TcpListener) -> CellServer {
+    fn serve(cfg: &CellConfig, node: RaftNode<CellMachine>, hooks: Arc<Hooks>, client: TcpListener, metrics: Option<TcpListener>) -> CellServer {
         holdfast_telemetry::install();
         let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "this cell");
         let registry = cfg.registry();
         let margin = Duration::from_millis(cfg.ownership_margin_ms);
         let ownership = (!registry.is_empty()).then(|| std::sync::Mutex::new(crate::ownership::OwnershipLease::new(margin)));
-        let cell = Arc::new(Cell { group, hooks, ownership });
-        let router = tonic::transport::Server::builder()
-            .add_service(LockServiceServer::new(LockApi::new(cell.clone())))
-            .add_service(CellAdminServer::new(CellAdminApi::new(cell.clone())));
-        let mut serving = Serving::new(node, client, router, Duration::from_millis(cfg.shutdown_deadline_ms), "client API");
-        let rx = serving.stop_signal();
-        serving.keep(tokio::spawn(leader::run(cell.clone(), Duration::from_millis(cfg.checkpoint_interval_ms), rx.clone())));
-        tokio::spawn(crate::metrics::refresh(cell.clone(), cfg.cell.clone(), rx.clone()));
+        let tasks = Tasks::new();
+        let cell = Arc::new(Cell { group, hooks, ownership, tasks: tasks.clone() });
+        let transport = node.transport().clone();
+        let router = transport
+            .grpc_server()
+            .add_service(bounded!(LockServiceServer::new(LockApi::new(cell.clone())), transport))
+            .add_service(bounded!(CellAdminServer::new(CellAdminApi::new(cell.clone())), transport));
+        let serving = Serving::new(node, client, router, tasks, Duration::from_millis(cfg.shutdown_deadline_ms), "client API");
+        let stop = serving.stop_signal();
+        serving.spawn("leader duties", leader::run(cell.clone(), Duration::from_millis(cfg.checkpoint_interval_ms), stop.clone()));
+        serving.spawn("metrics refresh", crate::metrics::refresh(cell.clone(), cfg.cell.clone(), stop.clone()));
         if !registry.is_empty() {
-            let link = crate::follow::RegistryLink::new(cfg.cell.clone(), registry);
-            tokio::spawn(crate::follow::run(cell.clone(), link, margin, rx.clone()));
+            let link = crate::follow::RegistryLink::new(cfg.cell.clone(), registry, &transport);
+            serving.spawn("registry follower", crate::follow::run(cell.clone(), link, margin, stop.clone()));
         }
-        if let Some(addr) = cfg.metrics_addr.clone() {
+        if let Some(listener) = metrics {
             let ready_cell = cell.clone();
             // Ready: this node knows a leader of its cell, so calls to it get an answer.
             let ready: holdfast_telemetry::Readiness = Arc::new(move || holdfast_raft::current_metrics(ready_cell.group.raft()).current_leader.is_some());
-            let stop = rx.clone();
-            tokio::spawn(async move {
-                let served = match TcpListener::bind(&addr).await {
-                    Ok(l) => holdfast_telemetry::serve(l, ready, stop).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = served {
-                    warn!(addr = %addr, error = %e, "the metrics endpoint stopped");
-                }
-            });
+            serving.spawn("metrics upkeep", holdfast_telemetry::upkeep());
+            serving.serve_http("metrics endpoint", holdfast_telemetry::router(ready), listener);
         }
         info!(node_id = cfg.node_id, cell = %cfg.cell, region = %cfg.region, raft = %serving.raft_addr(), client = %serving.client_addr(), "cell node started");
         CellServer { serving, cell }

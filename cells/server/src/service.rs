@@ -10,7 +10,8 @@ use holdfast_cell_state::{CellError, Command, DequeueReason, Outcome};
 use holdfast_core::{ErrorCode, FencingToken, Revision, SessionId};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_server::LockService;
-use holdfast_raft::status;
+use holdfast_rpc::status::status;
+use holdfast_rpc::CallContext;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,9 +28,8 @@ const WAIT_GRACE: Duration = Duration::from_secs(3);
 const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// Default and largest page of List.
 const LIST_DEFAULT: usize = 1_000;
-/// Metadata that carries the caller's identity for the audit log, until credentials
-/// arrive with the gateway.
-pub const IDENTITY_METADATA: &str = "holdfast-identity";
+/// How long a KeepAlive stream may stay silent after it opened.
+const FIRST_RENEWAL_WITHIN: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct LockApi {
@@ -72,7 +72,17 @@ impl LockApi {
                 }
             }
         })?;
-        Some(status(ErrorCode::NotOwner, format!("{why}; create a new session"), None))
+        Some(status(ErrorCode::NotOwner, format!("{why}; create a new session")))
+    }
+
+    /// One KeepAlive message answered.
+    async fn renew_message(&self, msg: pb::KeepAliveRequest) -> Result<pb::KeepAliveResponse, Status> {
+        let session = SessionId(msg.session_id);
+        if let Some(refusal) = self.moved_on(session, msg.shard) {
+            return Err(refusal);
+        }
+        let ttl = self.renew(session).await?;
+        Ok(pb::KeepAliveResponse { session_id: session.0, ttl_remaining_ms: ttl })
     }
 
     async fn renew(&self, session: SessionId) -> Result<u64, Status> {
@@ -82,7 +92,7 @@ impl LockApi {
                 let mut clock = self.cell.hooks.clock.lock().expect("clock lock");
                 match clock.as_mut() {
                     Some(c) => c.renew(Instant::now(), session),
-                    None => return Err(status(ErrorCode::Unavailable, "the leader is still starting its clock".into(), None)),
+                    None => return Err(status(ErrorCode::Unavailable, "the leader is still starting its clock")),
                 }
             };
             match decision {
@@ -96,13 +106,13 @@ impl LockApi {
                 Renewal::Unknown => {
                     // Still in the state: its expiry is due or in flight.
                     return Err(self.cell.group.state().read(|m| match m.state().session(session) {
-                        Some(_) => status(ErrorCode::SessionExpired, format!("session {session} has expired"), None),
+                        Some(_) => status(ErrorCode::SessionExpired, format!("session {session} has expired")),
                         None => cell_status(&m.state().dead_session_error(session)),
                     }));
                 }
             }
         }
-        Err(status(ErrorCode::Unavailable, "renewal kept racing with checkpoints".into(), None))
+        Err(status(ErrorCode::Unavailable, "renewal kept racing with checkpoints"))
     }
 }
 
@@ -129,27 +139,39 @@ impl LockService for LockApi {
                 Ok(other) => return Err(unexpected(other)),
             }
         }
-        Err(status(ErrorCode::Unavailable, "could not draw a free session id".into(), None))
+        Err(status(ErrorCode::Unavailable, "could not draw a free session id"))
     }
 
     type KeepAliveStream = BoxStream<pb::KeepAliveResponse>;
 
+    /// The first renewal is answered before the stream is: a refusal of it (above all
+    /// `NOT_LEADER` with its hint) is the call's status, which every leader-following
+    /// caller — a gateway forwarding an HTTP renewal included — acts on. Later
+    /// refusals end the stream as its last message.
     async fn keep_alive(&self, req: Request<Streaming<pb::KeepAliveRequest>>) -> Result<Response<Self::KeepAliveStream>, Status> {
         let mut inbound = req.into_inner();
+        let first = match tokio::time::timeout(FIRST_RENEWAL_WITHIN, inbound.next()).await {
+            Ok(Some(Ok(m))) => m,
+            Ok(Some(Err(s))) => return Err(s),
+            Ok(None) => return Err(invalid("empty KeepAlive stream: send the session id first")),
+            Err(_) => return Err(invalid(format!("no renewal within {} ms of opening the KeepAlive stream", FIRST_RENEWAL_WITHIN.as_millis()))),
+        };
+        let first = self.renew_message(first).await?;
         let (tx, rx) = mpsc::channel(8);
+        let _ = tx.send(Ok(first)).await;
         let api = self.clone();
-        tokio::spawn(async move {
-            while let Some(msg) = inbound.next().await {
-                let Ok(msg) = msg else { break };
-                let session = SessionId(msg.session_id);
-                let reply = match api.moved_on(session, msg.shard) {
-                    Some(status) => Err(status),
-                    None => api.renew(session).await,
+        self.cell.tasks.spawn("renewal stream", async move {
+            loop {
+                let msg = tokio::select! {
+                    m = inbound.next() => m,
+                    // The client went away: stop at once, not at its next message.
+                    _ = tx.closed() => return,
                 };
-                let reply = reply.map(|ttl| pb::KeepAliveResponse { session_id: session.0, ttl_remaining_ms: ttl });
+                let Some(Ok(msg)) = msg else { return };
+                let reply = api.renew_message(msg).await;
                 let end = reply.is_err();
                 if tx.send(reply).await.is_err() || end {
-                    break;
+                    return;
                 }
             }
         });
@@ -197,7 +219,7 @@ impl LockService for LockApi {
             // A retry without a wait of a request that is already queued: it keeps its
             // place, but this call does not wait.
             Ok(Outcome::Queued { .. }) if woken.is_none() => {
-                Err(status(ErrorCode::LockHeld, format!("request {rid} is queued for {name}; retry it with wait_timeout_ms to wait for the grant"), None))
+                Err(status(ErrorCode::LockHeld, format!("request {rid} is queued for {name}; retry it with wait_timeout_ms to wait for the grant")))
             }
             Ok(Outcome::Queued { .. }) => {
                 let woken = woken.expect("checked above");
@@ -211,18 +233,18 @@ impl LockService for LockApi {
                         granted(token)
                     }
                     Ok(Ok(WaitResult::Dequeued(DequeueReason::Timeout))) => {
-                        Err(status(ErrorCode::Timeout, format!("not granted within {} ms", wait.as_millis()), None))
+                        Err(status(ErrorCode::Timeout, format!("not granted within {} ms", wait.as_millis())))
                     }
                     Ok(Ok(WaitResult::Dequeued(DequeueReason::SessionEnded))) => {
-                        Err(status(ErrorCode::SessionExpired, format!("session {session} ended while waiting"), None))
+                        Err(status(ErrorCode::SessionExpired, format!("session {session} ended while waiting")))
                     }
-                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Moved))) => Err(status(ErrorCode::NotOwner, format!("shard {shard} moved while waiting"), None)),
+                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Moved))) => Err(status(ErrorCode::NotOwner, format!("shard {shard} moved while waiting"))),
                     // The timeout's commit did not arrive: the outcome is unknown, never "absent".
-                    _ => Err(status(ErrorCode::Unavailable, "wait outcome unknown (leader change?); retry with the same request_id".into(), None)),
+                    _ => Err(status(ErrorCode::Unavailable, "wait outcome unknown (leader change?); retry with the same request_id")),
                 }
             }
             Ok(Outcome::HoldEnded { token, reason }) => {
-                Err(status(ErrorCode::NotHolder, format!("request {rid} was granted token {} and that hold has ended ({reason})", token.0), None))
+                Err(status(ErrorCode::NotHolder, format!("request {rid} was granted token {} and that hold has ended ({reason})", token.0)))
             }
             Ok(other) => Err(unexpected(other)),
             Err(e) => Err(cell_status(&e)),
@@ -329,10 +351,10 @@ impl LockService for LockApi {
                 (start, st.events_after(start, Some((&shard, &name))))
             })
             .await?;
-        let history = history.map_err(|c| status(ErrorCode::InvalidArgument, format!("{c}; re-read with Describe and watch from {}", c.oldest.0), None))?;
+        let history = history.map_err(|c| status(ErrorCode::InvalidArgument, format!("{c}; re-read with Describe and watch from {}", c.oldest.0)))?;
         let (tx, rx) = mpsc::channel(64);
         let cell = self.cell.clone();
-        tokio::spawn(async move {
+        self.cell.tasks.spawn("watch stream", async move {
             let mut last = history.last().map_or(start, |e| e.revision);
             if !history.is_empty() {
                 let events = history.iter().map(convert::event).collect();
@@ -341,7 +363,12 @@ impl LockService for LockApi {
                 }
             }
             loop {
-                let batch = match live.recv().await {
+                let next = tokio::select! {
+                    ev = live.recv() => ev,
+                    // The watcher went away: a quiet lock must not keep this task alive.
+                    _ = tx.closed() => return,
+                };
+                let batch = match next {
                     Ok(ev) if ev.revision > last && ev.shard == shard && ev.name == name => vec![ev],
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -378,13 +405,7 @@ impl LockService for LockApi {
     }
 
     async fn break_lock(&self, req: Request<pb::BreakLockRequest>) -> Result<Response<pb::BreakLockResponse>, Status> {
-        let by = req
-            .metadata()
-            .get(IDENTITY_METADATA)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| req.remote_addr().map(|a| format!("anonymous@{a}")))
-            .unwrap_or_else(|| "anonymous".into());
+        let by = CallContext::from_grpc(&req).identity();
         let r = req.into_inner();
         let (shard, _) = shard_ref(r.shard)?;
         let name = lock_name(r.name)?;
@@ -403,5 +424,5 @@ impl LockService for LockApi {
 }
 
 fn unexpected(o: Outcome) -> Status {
-    status(ErrorCode::Unavailable, format!("internal: unexpected outcome {o:?}"), None)
+    status(ErrorCode::Unavailable, format!("internal: unexpected outcome {o:?}"))
 }

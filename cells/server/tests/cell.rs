@@ -10,7 +10,7 @@ use tracing::info;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_survives_leader_kill_and_next_grant_is_larger() {
-    let _g = serial();
+    let _g = serial().await;
     let mut cell = TestCell::start(0).await;
     let l1 = cell.leader().await;
     let mut c = cell.client(l1).await;
@@ -48,7 +48,7 @@ async fn holder_survives_leader_kill_and_next_grant_is_larger() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_session_loses_lock_after_ttl_not_before_and_waiter_gets_larger_token() {
-    let _g = serial();
+    let _g = serial().await;
     let cell = TestCell::start(0).await;
     let l = cell.leader().await;
     let mut c = cell.client(l).await;
@@ -86,7 +86,7 @@ async fn dead_session_loses_lock_after_ttl_not_before_and_waiter_gets_larger_tok
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deposed_leader_confirms_no_renewal_and_grants_nothing() {
-    let _g = serial();
+    let _g = serial().await;
     let cell = TestCell::start(0).await;
     let old = cell.leader().await;
     let mut c_old = cell.client(old).await;
@@ -129,7 +129,7 @@ async fn deposed_leader_confirms_no_renewal_and_grants_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_resumed_from_a_revision_misses_no_event() {
-    let _g = serial();
+    let _g = serial().await;
     let cell = TestCell::start(0).await;
     let l = cell.leader().await;
     let mut c = cell.client(l).await;
@@ -160,7 +160,7 @@ async fn watch_resumed_from_a_revision_misses_no_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_their_codes_and_change_nothing() {
-    let _g = serial();
+    let _g = serial().await;
     let cell = TestCell::start(0).await;
     let l = cell.leader().await;
     let mut c = cell.client(l).await;
@@ -203,7 +203,7 @@ async fn bad_requests_get_their_codes_and_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_session_is_never_expired_across_repeated_forced_leader_changes() {
-    let _g = serial();
+    let _g = serial().await;
     let cell = TestCell::start(0).await;
     let mut c = cell.client(cell.leader().await).await;
     // Long enough that one leader change (election 1-2 s) fits well inside it.
@@ -261,7 +261,7 @@ async fn live_session_is_never_expired_across_repeated_forced_leader_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeated_leader_changes_do_not_keep_a_dead_session_alive_past_the_bound() {
-    let _g = serial();
+    let _g = serial().await;
     let cell = TestCell::start(0).await;
     let mut c = cell.client(cell.leader().await).await;
     // Long enough for several leader changes before the client's deadline.

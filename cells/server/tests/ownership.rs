@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use tracing::info;
 
-use holdfast_testkit::registry::LEASE_MS;
+use holdfast_registry::testing::LEASE_MS;
 const LOCK_DELAY_MS: u64 = 500;
 
 struct World {
@@ -35,7 +35,7 @@ impl World {
     /// namespace `pay`, shard `pay/default` placed on `a`.
     async fn start() -> World {
         let root = tempfile::tempdir().unwrap();
-        let registry = holdfast_testkit::registry::start_registry(root.path()).await;
+        let registry = holdfast_registry::testing::start_registry(root.path()).await;
         let direct: Vec<SocketAddr> = registry.iter().map(|n| n.client_addr()).collect();
         let mut a_link = Vec::new();
         for addr in &direct {
@@ -75,7 +75,7 @@ impl World {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(n) = self.registry.iter().find(|n| n.leads()) {
-                let ch = Channel::from_shared(format!("http://{}", n.client_addr())).unwrap().connect().await.unwrap();
+                let ch = holdfast_rpc::Transport::default().connect(&n.client_addr().to_string()).await.unwrap();
                 return RegistryServiceClient::new(ch);
             }
             assert!(Instant::now() < deadline, "no registry leader");
@@ -165,7 +165,7 @@ fn lock_id(name: &str) -> LockId {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planned_move_tells_the_holder_moved_and_the_target_issues_larger_tokens() {
-    let _g = serial();
+    let _g = serial().await;
     let w = World::start().await;
     let ledger = MemoryFence::new("ledger");
 
@@ -216,7 +216,7 @@ async fn planned_move_tells_the_holder_moved_and_the_target_issues_larger_tokens
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unplanned_move_a_cut_off_cell_stops_granting_before_its_lease_ends_and_never_serves_again() {
-    let _g = serial();
+    let _g = serial().await;
     let w = World::start().await;
 
     info!("--- A serves: H holds x");
@@ -280,7 +280,7 @@ async fn unplanned_move_a_cut_off_cell_stops_granting_before_its_lease_ends_and_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cell_that_lost_its_data_gets_its_shard_back_only_at_the_next_epoch() {
-    let _g = serial();
+    let _g = serial().await;
     let mut w = World::start().await;
 
     info!("--- A serves: H holds x at epoch 1");

@@ -11,12 +11,12 @@ use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::raft::v1 as rpb;
 use holdfast_proto::registry::v1 as gpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+use holdfast_rpc::Channel;
 use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 use tracing::info;
 
 /// Long enough for 15 processes to start and elect on a 2-core machine.
@@ -87,8 +87,7 @@ pub async fn form_group(sup: &Supervisor, what: &str, nodes: &[&NodeSpec]) -> Re
 }
 
 async fn registry_client(leader: &str) -> Result<RegistryServiceClient<Channel>, String> {
-    let ch = Channel::from_shared(format!("http://{leader}")).map_err(|e| e.to_string())?.connect().await.map_err(|e| e.to_string())?;
-    Ok(RegistryServiceClient::new(ch))
+    Ok(RegistryServiceClient::new(crate::remote::connect(leader).await?))
 }
 
 /// Runs a registry write until it succeeds or reports the record already exists
@@ -226,16 +225,16 @@ pub async fn demo_shard_served(sup: &Supervisor, layout: &Layout) -> Result<(), 
 /// while the shard is being adopted. Returns the token.
 pub async fn take_demo_lock(sup: &Supervisor, layout: &Layout) -> Result<u64, String> {
     let g = &layout.regions[0].gateway;
-    let shard = Some(pb::ShardRef { ns: DEMO_NS.into(), shard: DEMO_SHARD.into(), epoch: 0 });
+    let shard = Some(pb::ShardRef::named(DEMO_NS, DEMO_SHARD));
     let session = until(sup, &g.name, "a session through the gateway", || async {
-        let ch = Channel::from_shared(format!("http://{}", g.grpc)).map_err(|e| e.to_string())?.connect().await.map_err(|e| e.to_string())?;
+        let ch = crate::remote::connect(&g.grpc).await?;
         let req = pb::CreateSessionRequest { shard: shard.clone(), ttl_ms: 10_000, client_label: "holdfast dev --once".into() };
         LockServiceClient::new(ch).create_session(req).await.map(|r| r.into_inner().session_id).map_err(|s| s.message().to_owned())
     })
     .await?;
     let request_id = format!("dev-once-{}", std::process::id());
     until(sup, &g.name, "a lock through the gateway", || async {
-        let ch = Channel::from_shared(format!("http://{}", g.grpc)).map_err(|e| e.to_string())?.connect().await.map_err(|e| e.to_string())?;
+        let ch = crate::remote::connect(&g.grpc).await?;
         let req = pb::AcquireRequest {
             shard: shard.clone(),
             name: "dev-once".into(),

@@ -36,7 +36,7 @@ pub struct DevArgs {
     /// Where RocksDB, logs and endpoints.json live. Default: a fresh directory under
     /// the system temp dir (printed). Start again on the same directory to get the
     /// same deployment back, locks and ownership included.
-    #[arg(long, env = "HOLDFAST_DATA_DIR")]
+    #[arg(long, env = "HOLDFAST_PLAYGROUND")]
     data_dir: Option<PathBuf>,
     /// First port of the fixed port range (20 ports per region). Default 7000, or what
     /// the data directory was created with.
@@ -323,7 +323,7 @@ async fn wait_up(sup: &Supervisor, layout: &Layout, name: &str) -> Result<(), St
 
 fn print_table(sup: &Supervisor, layout: &Layout) {
     let pid = |name: &str| sup.pid(name).map(|p| p.to_string()).unwrap_or_default();
-    println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "ROLE", "NAME", "REGION", "ID", "CLIENT/GRPC", "RAFT", "HTTP", "PID");
+    println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} PID", "ROLE", "NAME", "REGION", "ID", "CLIENT/GRPC", "RAFT", "HTTP");
     for r in &layout.regions {
         let g = &r.gateway;
         println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "gateway", g.name, r.name, "-", g.grpc, "-", g.http, pid(&g.name));

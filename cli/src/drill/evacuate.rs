@@ -13,6 +13,7 @@
 use super::playground::{channel, Playground, Reg};
 use super::record::Recorder;
 use clap::Args;
+use holdfast_core::ErrorCode;
 use holdfast_core::{CellId, Epoch, NamespaceName, RegionId, ShardName};
 use holdfast_drills::evacuation::{verify_owners, Action, Evacuation, Input, OwnerView, Phase, ShardState};
 use holdfast_drills::history::EventKind;
@@ -22,7 +23,7 @@ use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
 use holdfast_proto::raft::v1 as raftpb;
 use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
 use holdfast_proto::registry::v1 as rpb;
-use holdfast_proto::status::code_of;
+use holdfast_rpc::status::code_of;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,7 +36,7 @@ const HEALTH_GATE: Duration = Duration::from_secs(30);
 #[derive(Debug, Args)]
 pub struct EvacuateArgs {
     /// The playground's data directory (its endpoints.json says where the gateways are).
-    #[arg(long, env = "HOLDFAST_DATA_DIR")]
+    #[arg(long, env = "HOLDFAST_PLAYGROUND")]
     pub data_dir: PathBuf,
     /// The region to empty (or, with --rollback, to bring shards back to).
     #[arg(long)]
@@ -222,7 +223,7 @@ fn id<T>(r: Result<T, holdfast_core::NameError>) -> Result<T, String> {
 }
 
 fn failed(s: tonic::Status) -> String {
-    format!("{}: {}", code_of(&s).map_or("UNAVAILABLE", |c| c.as_str()), s.message())
+    holdfast_rpc::status::one_line(&s)
 }
 
 /// A cell is healthy when a majority of its members answer and agree on a leader.
@@ -484,7 +485,7 @@ async fn perform(ctx: &Ctx, ev: &Evacuation, action: Action) -> Vec<Input> {
             match ctx.reg.move_shard(req).await {
                 Ok(r) => r.owner.as_ref().and_then(|o| view(o).ok()).map(Input::Owner).into_iter().collect(),
                 // In progress, or unknown: observe the owner instead.
-                Err(s) if matches!(code_of(&s).map(|c| c.as_str()), None | Some("MOVING") | Some("UNAVAILABLE") | Some("NOT_LEADER")) => {
+                Err(s) if matches!(code_of(&s), None | Some(ErrorCode::Moving | ErrorCode::Unavailable | ErrorCode::NotLeader)) => {
                     get_owner(&ctx.reg, &ns, &shard).await.map(Input::Owner).into_iter().collect()
                 }
                 Err(s) => vec![Input::MoveRefused { ns, shard, reason: failed(s) }],

@@ -19,7 +19,7 @@ pub enum FaultCmd {
     ///
     /// Example: holdfast drill fault kill-leader --data-dir /tmp/hf --cell west-1
     KillLeader {
-        #[arg(long, env = "HOLDFAST_DATA_DIR")]
+        #[arg(long, env = "HOLDFAST_PLAYGROUND")]
         data_dir: PathBuf,
         #[arg(long)]
         cell: String,
@@ -28,7 +28,7 @@ pub enum FaultCmd {
     ///
     /// Example: holdfast drill fault kill-region --data-dir /tmp/hf --region south
     KillRegion {
-        #[arg(long, env = "HOLDFAST_DATA_DIR")]
+        #[arg(long, env = "HOLDFAST_PLAYGROUND")]
         data_dir: PathBuf,
         #[arg(long)]
         region: String,
@@ -38,7 +38,7 @@ pub enum FaultCmd {
     ///
     /// Example: holdfast drill fault cut-region --data-dir /tmp/hf --region south
     CutRegion {
-        #[arg(long, env = "HOLDFAST_DATA_DIR")]
+        #[arg(long, env = "HOLDFAST_PLAYGROUND")]
         data_dir: PathBuf,
         #[arg(long)]
         region: String,
@@ -47,7 +47,7 @@ pub enum FaultCmd {
     ///
     /// Example: holdfast drill fault heal-region --data-dir /tmp/hf --region south
     HealRegion {
-        #[arg(long, env = "HOLDFAST_DATA_DIR")]
+        #[arg(long, env = "HOLDFAST_PLAYGROUND")]
         data_dir: PathBuf,
         #[arg(long)]
         region: String,
@@ -56,7 +56,7 @@ pub enum FaultCmd {
     ///
     /// Example: holdfast drill fault pause-leader --data-dir /tmp/hf --cell east-1 --ms 3000
     PauseLeader {
-        #[arg(long, env = "HOLDFAST_DATA_DIR")]
+        #[arg(long, env = "HOLDFAST_PLAYGROUND")]
         data_dir: PathBuf,
         #[arg(long)]
         cell: String,
@@ -76,7 +76,7 @@ pub enum FaultCmd {
     ///
     /// Example: holdfast drill fault restart --data-dir /tmp/hf
     Restart {
-        #[arg(long, env = "HOLDFAST_DATA_DIR")]
+        #[arg(long, env = "HOLDFAST_PLAYGROUND")]
         data_dir: PathBuf,
     },
 }

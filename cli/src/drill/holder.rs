@@ -22,13 +22,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 /// Serves `resource` on 127.0.0.1 for holder processes; returns the write URL.
 pub async fn serve(resource: Arc<Resource>) -> Result<String, String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let app = Router::new().route("/write", post(write)).with_state(resource);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    Ok(format!("http://{addr}/write"))
+    Ok(format!("{}/write", crate::remote::serve_local(app).await?))
 }
 
 async fn write(State(resource): State<Arc<Resource>>, Json(b): Json<Value>) -> (StatusCode, Json<Value>) {
@@ -57,6 +52,8 @@ pub struct Holder {
 
 impl Holder {
     /// Starts the process and waits (up to `wait`) for its grant, recording it.
+    // The worker process's command line, field by field.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         rec: Arc<Recorder>,
         owners: &Owners,

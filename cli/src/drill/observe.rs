@@ -64,6 +64,8 @@ fn cell_id(s: &str) -> Option<CellId> {
     CellId::new(s).ok()
 }
 
+// The fields a listed owner and a watch event share (two generated types).
+#[allow(clippy::too_many_arguments)]
 fn record_owner(rec: &Recorder, owners: &Owners, ns: &str, shard: &str, region: &str, cell: &str, epoch: u32, to_cell: &str) {
     owners.update(ns, shard, cell, region, epoch);
     let (Ok(ns), Ok(shard)) = (NamespaceName::new(ns), ShardName::new(shard)) else { return };
@@ -124,7 +126,7 @@ pub async fn poll_holders(gateways: Vec<String>, locks: LockSet, rec: Arc<Record
                         answer = Some(r.into_inner());
                         break;
                     }
-                    Err(s) if s.code() == tonic::Code::Unavailable && holdfast_proto::status::code_of(&s).is_none() => clients[i] = None,
+                    Err(s) if s.code() == tonic::Code::Unavailable && holdfast_rpc::status::code_of(&s).is_none() => clients[i] = None,
                     Err(_) => break,
                 }
             }

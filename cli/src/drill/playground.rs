@@ -4,11 +4,11 @@
 use crate::dev::endpoints::{CellEndpoints, Endpoints, RegionEndpoints};
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
-use holdfast_proto::status::code_of;
+use holdfast_rpc::{Budget, CallError, Channel, Hints, Upstream};
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::Channel;
 
 /// A Raft node of the playground (a cell node or a registry voter).
 pub type Node = crate::dev::endpoints::NodeEndpoints;
@@ -80,57 +80,38 @@ impl Playground {
     }
 
     pub fn registry(&self) -> Reg {
-        Reg { gateways: self.gateways(None) }
+        Reg::new(self.gateways(None))
     }
 }
 
 /// The registry, through whichever gateway answers: a region cut off does not stop
-/// an SRE (or a drill) from reaching the registry through the others.
+/// an SRE (or a drill) from reaching the registry through the others. (The wire edge's
+/// caller: a gateway that does not answer is skipped; an answer, even a refusal, is
+/// final.)
 #[derive(Debug, Clone)]
 pub struct Reg {
-    pub gateways: Vec<String>,
+    gateways: Arc<Upstream>,
 }
 
-/// A transport failure (no holdfast code): try the next gateway.
-fn unreachable(s: &tonic::Status) -> bool {
-    code_of(s).is_none() && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown | tonic::Code::Cancelled)
-}
-
+/// One connection to `addr`, now.
 pub async fn channel(addr: &str) -> Result<Channel, tonic::Status> {
-    Channel::from_shared(format!("http://{addr}"))
-        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("cannot reach {addr}: {e}")))
+    crate::remote::connect(addr).await.map_err(tonic::Status::unavailable)
 }
 
 impl Reg {
-    /// Sends `req` through the first gateway that answers (a transport failure moves
-    /// on to the next; an answer, even a refusal, is final).
+    pub fn new(gateways: Vec<String>) -> Reg {
+        Reg { gateways: Arc::new(Upstream::new(crate::remote::transport(), gateways, Hints::Members)) }
+    }
+
+    /// Sends `req` through the first gateway that answers.
     pub async fn call<R, T, F, Fut>(&self, req: R, f: F) -> Result<T, tonic::Status>
     where
         R: Clone,
         F: Fn(RegistryServiceClient<Channel>, R) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let mut last = tonic::Status::unavailable("no gateway given");
-        for gw in &self.gateways {
-            let ch = match channel(gw).await {
-                Ok(ch) => ch,
-                Err(s) => {
-                    last = s;
-                    continue;
-                }
-            };
-            match f(RegistryServiceClient::new(ch), req.clone()).await {
-                Ok(r) => return Ok(r.into_inner()),
-                Err(s) if unreachable(&s) => last = s,
-                Err(s) => return Err(s),
-            }
-        }
-        Err(last)
+        let budget = Budget::per_attempt(Duration::from_secs(5));
+        self.gateways.call(budget, |ch| f(RegistryServiceClient::new(ch), req.clone())).await.map(|c| c.value).map_err(CallError::into_status)
     }
 
     pub async fn list_shards(&self) -> Result<rpb::ListShardsResponse, tonic::Status> {

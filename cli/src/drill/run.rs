@@ -25,13 +25,14 @@ use super::record::Recorder;
 use super::resource::Resource;
 use super::workload::{Spec, Tally, Workload};
 use clap::{Args, ValueEnum};
+use holdfast_core::ErrorCode;
 use holdfast_drills::checker::{self, CheckReport};
 use holdfast_drills::history::{EventKind, FaultKind, History};
 use holdfast_drills::report::DrillReport;
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::registry::v1 as rpb;
-use holdfast_proto::status::code_of;
+use holdfast_rpc::status::code_of;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +62,7 @@ pub enum Plant {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The running playground's data directory.
-    #[arg(long, env = "HOLDFAST_DATA_DIR")]
+    #[arg(long, env = "HOLDFAST_PLAYGROUND")]
     pub data_dir: PathBuf,
     #[arg(long, value_enum)]
     pub scenario: Scenario,
@@ -312,8 +313,8 @@ async fn failover(ctx: &Ctx, shards: &[String], to: &str, planned: bool) -> Resu
         loop {
             match ctx.reg.move_shard(req.clone()).await {
                 Ok(_) => break,
-                Err(s) if code_of(&s).is_some_and(|c| c.as_str() == "MOVING") => break,
-                Err(s) if tokio::time::Instant::now() < deadline && code_of(&s).is_none_or(|c| c.as_str() == "UNAVAILABLE") => {
+                Err(s) if code_of(&s) == Some(ErrorCode::Moving) => break,
+                Err(s) if tokio::time::Instant::now() < deadline && code_of(&s).is_none_or(|c| c == ErrorCode::Unavailable) => {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
                 Err(s) => return Err(format!("move {NS}/{shard} to {to}: {}", s.message())),

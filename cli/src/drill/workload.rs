@@ -173,7 +173,7 @@ impl Worker {
                 };
                 tally.grants += 1;
                 holds += 1;
-                let stall = self.staller && holds % 3 == 0;
+                let stall = self.staller && holds.is_multiple_of(3);
                 self.hold(lock, &key, &sref, stall, &mut tally).await;
             }
             if let Some(reason) = session.loss_reason() {

@@ -11,23 +11,13 @@ use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Cell tests run one at a time: parallel clusters on 2 cores starve heartbeats.
-pub fn serial() -> MutexGuard<'static, ()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,holdfast_client=debug,sdk=info".into()))
-        .with_test_writer()
-        .try_init();
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub use holdfast_testkit::serial;
 
 /// Waits until `f` holds, or fails the test after `WAIT` saying `what`.
 pub async fn eventually<F, Fut>(what: &str, mut f: F)
@@ -80,7 +70,7 @@ impl TestCell {
         let members = c.nodes.iter().map(|(id, n)| (*id, n.node().clone())).collect();
         c.nodes[&1].initialize(members).await.unwrap();
         let leader = c.leader().await;
-        let mut admin = CellAdminClient::connect(format!("http://{}", c.addrs[&leader])).await.unwrap();
+        let mut admin = CellAdminClient::new(holdfast_rpc::Transport::default().connect(&c.addrs[&leader].to_string()).await.unwrap());
         let config = apb::NamespaceConfig {
             name: "pay".into(),
             owner: "team-pay".into(),
@@ -123,7 +113,8 @@ impl TestCell {
     /// node answers a linearizable Describe.
     pub async fn describe(&self, name: &str) -> Option<(Vec<(u64, u64)>, Vec<String>)> {
         for id in self.nodes.keys() {
-            let Ok(mut c) = LockServiceClient::connect(format!("http://{}", self.addrs[id])).await else { continue };
+            let Ok(ch) = holdfast_rpc::Transport::default().connect(&self.addrs[id].to_string()).await else { continue };
+            let mut c = LockServiceClient::new(ch);
             let req = pb::DescribeRequest { shard: Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 0 }), name: name.into() };
             if let Ok(Ok(d)) = tokio::time::timeout(Duration::from_secs(1), c.describe(req)).await {
                 let d = d.into_inner();

@@ -13,25 +13,15 @@ use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient
 use holdfast_registry::RegistryServer;
 use holdfast_testkit::proxy::Proxy;
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 pub const WAIT: Duration = Duration::from_secs(20);
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// One world at a time: parallel clusters on 2 cores starve heartbeats.
-pub fn serial() -> MutexGuard<'static, ()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
-        .with_test_writer()
-        .try_init();
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub use holdfast_testkit::serial;
 
 pub fn code(s: &tonic::Status) -> String {
-    s.metadata().get("holdfast-code").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+    holdfast_rpc::status::code_of(s).map_or(String::new(), |c| c.as_str().to_owned())
 }
 
 pub struct World {
@@ -47,7 +37,7 @@ impl World {
     /// region and cell records in the registry. No namespaces yet.
     pub async fn start(two_cells: bool) -> World {
         let root = tempfile::tempdir().unwrap();
-        let registry = holdfast_testkit::registry::start_registry(root.path()).await;
+        let registry = holdfast_registry::testing::start_registry(root.path()).await;
         let direct: Vec<String> = registry.iter().map(|n| n.client_addr().to_string()).collect();
 
         let mut cells = BTreeMap::new();
@@ -73,6 +63,7 @@ impl World {
                     checkpoint_interval_ms: 500,
                     snapshot_every_logs: 5_000,
                     shutdown_deadline_ms: 5_000,
+                    transport: Default::default(),
                     unsafe_plant: None,
                 };
                 let raft = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -94,6 +85,7 @@ impl World {
             grpc_addr: "127.0.0.1:0".into(),
             http_addr: "127.0.0.1:0".into(),
             shutdown_deadline_ms: 5_000,
+            transport: Default::default(),
         };
         let gateway =
             GatewayServer::start(&gcfg, TcpListener::bind("127.0.0.1:0").await.unwrap(), TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
@@ -131,7 +123,7 @@ impl World {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(n) = self.registry.iter().find(|n| n.leads()) {
-                let ch = Channel::from_shared(format!("http://{}", n.client_addr())).unwrap().connect().await.unwrap();
+                let ch = holdfast_rpc::Transport::default().connect(&n.client_addr().to_string()).await.unwrap();
                 return RegistryServiceClient::new(ch);
             }
             assert!(Instant::now() < deadline, "no registry leader");
@@ -140,7 +132,7 @@ impl World {
     }
 
     pub async fn gateway_channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.gateway.grpc_addr())).unwrap().connect().await.unwrap()
+        holdfast_rpc::Transport::default().connect(&self.gateway.grpc_addr().to_string()).await.unwrap()
     }
 
     pub fn http(&self, path: &str) -> String {

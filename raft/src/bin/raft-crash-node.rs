@@ -26,7 +26,7 @@ impl ReplicatedState for Values {
         self.0.iter().flat_map(|v| v.to_be_bytes()).collect()
     }
     fn restore(&mut self, data: &[u8]) -> io::Result<()> {
-        if data.len() % 8 != 0 {
+        if !data.len().is_multiple_of(8) {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "bad snapshot"));
         }
         self.0 = data.chunks_exact(8).map(|c| u64::from_be_bytes(c.try_into().expect("8"))).collect();

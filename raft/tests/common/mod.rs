@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_raft::testing::{AppendLog, Faults, FaultyNetworkFactory};
@@ -20,19 +20,7 @@ pub const WAIT: Duration = Duration::from_secs(20);
 
 /// Cluster tests run one at a time: parallel clusters on 2 cores starve each other's
 /// heartbeats and turn timing into flakiness.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-pub fn serial() -> MutexGuard<'static, ()> {
-    init_tracing();
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,holdfast_raft=info".into()))
-        .with_test_writer()
-        .try_init();
-}
+pub use holdfast_testkit::serial;
 
 /// Test timings: heartbeat 150 ms, elections 1–2 s (the 2-core guidance; the RPC timeout
 /// openraft derives from the heartbeat is then ~110 ms, enough for a busy machine).
@@ -79,7 +67,7 @@ impl TestCluster {
         self.addrs.insert(id, listener.local_addr().expect("addr"));
         let mut cfg = NodeConfig::new(id, "test", self.dir(id));
         cfg.timings = self.timings.clone();
-        let network = FaultyNetworkFactory::new(GrpcNetworkFactory::new(id, cfg.network.clone()), self.faults.clone());
+        let network = FaultyNetworkFactory::new(GrpcNetworkFactory::new(id, cfg.network.clone(), cfg.transport.clone()), self.faults.clone());
         let node = RaftNode::start_with_network(cfg, listener, AppendLog::default(), network).await.expect("start node");
         self.nodes.insert(id, node);
     }

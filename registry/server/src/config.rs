@@ -41,6 +41,10 @@ pub struct RegistryConfig {
     pub snapshot_every_logs: u64,
     /// Longest a graceful shutdown may take before the process exits anyway, ms. Default 5000.
     pub shutdown_deadline_ms: u64,
+    /// Transport settings (`[transport]`: timeouts, keepalive, message and concurrency
+    /// limits); every field has a default.
+    #[serde(default)]
+    pub transport: holdfast_rpc::TransportOptions,
 }
 
 pub use holdfast_raft::settings::ConfigError;
@@ -86,6 +90,7 @@ impl RegistryConfig {
         if self.ownership_grace_ms >= self.ownership_lease_ms {
             return bad(format!("ownership_grace_ms ({}) must be below ownership_lease_ms ({})", self.ownership_grace_ms, self.ownership_lease_ms));
         }
+        self.transport.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

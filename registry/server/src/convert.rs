@@ -10,12 +10,12 @@ use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::convert as wire;
 pub use holdfast_proto::convert::namespace_to;
 use holdfast_proto::registry::v1 as pb;
-use holdfast_raft::status;
 use holdfast_registry_state::{CellMember, CellRecord, OwnershipEvent, RegionState, ShardRecord, ShardState};
+use holdfast_rpc::status::status;
 use tonic::Status;
 
 pub fn invalid(msg: impl std::fmt::Display) -> Status {
-    status(ErrorCode::InvalidArgument, msg.to_string(), None)
+    status(ErrorCode::InvalidArgument, msg.to_string())
 }
 
 pub fn region_id(s: String) -> Result<RegionId, Status> {

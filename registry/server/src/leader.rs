@@ -9,9 +9,9 @@ use crate::leases::OwnershipLeases;
 use crate::registry::Registry;
 use holdfast_core::{CellId, Epoch, ShardKey};
 use holdfast_registry_state::{Command, ShardState};
+use holdfast_rpc::CancellationToken;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -27,11 +27,11 @@ pub struct LeaseTimings {
     pub grace: Duration,
 }
 
-/// Runs until `shutdown` turns true.
-pub async fn run(reg: Arc<Registry>, timings: LeaseTimings, mut shutdown: watch::Receiver<bool>) {
+/// Runs until `shutdown` fires.
+pub async fn run(reg: Arc<Registry>, timings: LeaseTimings, shutdown: CancellationToken) {
     // `await_leadership` returns once everything earlier leaders committed is applied,
     // so renewals are answered from the state they left.
-    while let Some(term) = reg.group.await_leadership(&mut shutdown).await {
+    while let Some(term) = reg.group.await_leadership(&shutdown).await {
         // Measured after the election, so the inherited lease ends no earlier than
         // any lease a predecessor granted.
         let elected = Instant::now();
@@ -42,7 +42,7 @@ pub async fn run(reg: Arc<Registry>, timings: LeaseTimings, mut shutdown: watch:
             lease_ms = timings.lease.as_millis() as u64,
             "registry leader duties started; unplanned moves wait one full lease"
         );
-        duties(&reg, term, &mut shutdown).await;
+        duties(&reg, term, &shutdown).await;
         *reg.hooks.leases.lock().expect("leases lock") = None;
         info!(node_id = reg.group.node_id(), term, "registry leader duties stopped");
     }
@@ -76,9 +76,9 @@ fn ready_moves(reg: &Registry) -> Vec<Ready> {
     })
 }
 
-async fn duties(reg: &Arc<Registry>, term: u64, shutdown: &mut watch::Receiver<bool>) {
+async fn duties(reg: &Arc<Registry>, term: u64, shutdown: &CancellationToken) {
     loop {
-        if *shutdown.borrow() {
+        if shutdown.is_cancelled() {
             return;
         }
         let Some(leader) = reg.group.leader_in_term(term) else { return };
@@ -102,7 +102,7 @@ async fn duties(reg: &Arc<Registry>, term: u64, shutdown: &mut watch::Receiver<b
         }
         tokio::select! {
             _ = tokio::time::sleep(TICK) => {}
-            _ = shutdown.changed() => {}
+            _ = shutdown.cancelled() => {}
         }
     }
 }

@@ -9,7 +9,7 @@
 //! listing the shard, so its recorded end stops moving.
 //!
 //! A new leader does not know what its predecessors granted. It treats every shard as
-//! covered until its own election time plus one full lease (DESIGN.md: "a new registry
+//! covered until its own election time plus one full lease (docs/design.md, "Ownership leases": "a new registry
 //! leader waits one full lease before it moves any shard whose cell it cannot reach").
 //! The predecessor could only grant while it held openraft's leader lease, which ends
 //! before a new leader can be elected.

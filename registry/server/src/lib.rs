@@ -17,6 +17,8 @@ pub mod machine;
 pub mod registry;
 pub mod server;
 pub mod service;
+#[cfg(feature = "test-support")]
+pub mod testing;
 
 pub use config::RegistryConfig;
 pub use server::RegistryServer;

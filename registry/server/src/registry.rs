@@ -5,9 +5,10 @@
 
 use crate::machine::{Hooks, RegistryMachine};
 use holdfast_core::ErrorCode;
-use holdfast_raft::{status, Group};
+use holdfast_raft::Group;
 pub use holdfast_raft::{wall_clock_ms, Leader};
 use holdfast_registry_state::{Applied, Command, Entry, Outcome, RegistryError, RegistryState};
+use holdfast_rpc::status::status;
 use std::sync::Arc;
 use tonic::Status;
 
@@ -16,6 +17,8 @@ use tonic::Status;
 pub struct Registry {
     pub(crate) group: Group<RegistryMachine>,
     pub(crate) hooks: Arc<Hooks>,
+    /// The node's tasks: watch streams run under the node's shutdown.
+    pub(crate) tasks: holdfast_rpc::Tasks,
 }
 
 impl Registry {
@@ -30,7 +33,7 @@ impl Registry {
     pub async fn propose(&self, leader: Leader, cmd: Command) -> Result<Result<Outcome, RegistryError>, Status> {
         let entry = Entry::new(wall_clock_ms(), cmd);
         let answer = self.group.propose(leader, entry.encode()).await?;
-        let applied = Applied::decode(&answer).map_err(|e| status(ErrorCode::Unavailable, format!("cannot decode the apply result: {e}"), None))?;
+        let applied = Applied::decode(&answer).map_err(|e| status(ErrorCode::Unavailable, format!("cannot decode the apply result: {e}")))?;
         Ok(applied.result)
     }
 
@@ -55,5 +58,5 @@ impl Registry {
 
 /// The one mapping of registry refusals to gRPC statuses.
 pub fn registry_status(e: &RegistryError) -> Status {
-    status(e.code(), e.to_string(), None)
+    status(e.code(), e.to_string())
 }

@@ -64,16 +64,19 @@ impl RegistryServer {
         let mut node_cfg = NodeConfig::new(cfg.node_id, "registry", &cfg.data_dir);
         node_cfg.client_addr = cfg.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string());
         node_cfg.timings = cfg.timings();
+        node_cfg.transport = holdfast_rpc::Transport::new(cfg.transport.clone());
         Ok(node_cfg)
     }
 
     fn serve(cfg: &RegistryConfig, node: RaftNode<RegistryMachine>, hooks: Arc<Hooks>, client: TcpListener) -> RegistryServer {
         let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "the registry");
-        let reg = Arc::new(Registry { group, hooks });
-        let router = tonic::transport::Server::builder().add_service(RegistryServiceServer::new(RegistryApi::new(reg.clone())));
-        let mut serving = Serving::new(node, client, router, Duration::from_millis(cfg.shutdown_deadline_ms), "registry API");
+        let tasks = holdfast_rpc::Tasks::new();
+        let reg = Arc::new(Registry { group, hooks, tasks: tasks.clone() });
+        let transport = node.transport().clone();
+        let router = transport.grpc_server().add_service(holdfast_rpc::bounded!(RegistryServiceServer::new(RegistryApi::new(reg.clone())), transport));
+        let serving = Serving::new(node, client, router, tasks, Duration::from_millis(cfg.shutdown_deadline_ms), "registry API");
         let timings = LeaseTimings { lease: Duration::from_millis(cfg.ownership_lease_ms), grace: Duration::from_millis(cfg.ownership_grace_ms) };
-        serving.keep(tokio::spawn(leader::run(reg.clone(), timings, serving.stop_signal())));
+        serving.spawn("leader duties", leader::run(reg.clone(), timings, serving.stop_signal()));
         info!(node_id = cfg.node_id, region = %cfg.region, raft = %serving.raft_addr(), client = %serving.client_addr(), "registry node started");
         RegistryServer { serving, reg }
     }

@@ -7,8 +7,8 @@ use crate::registry::{registry_status, Registry};
 use holdfast_core::{CellId, Epoch, ErrorCode, FencingToken, LockName, Revision, ShardKey};
 use holdfast_proto::registry::v1 as pb;
 use holdfast_proto::registry::v1::registry_service_server::RegistryService;
-use holdfast_raft::status;
 use holdfast_registry_state::{Command, HistoryError, Outcome, RegistryError, ShardState};
+use holdfast_rpc::status::status;
 use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -48,13 +48,13 @@ impl RegistryApi {
 }
 
 fn unexpected(o: Outcome) -> Status {
-    status(ErrorCode::Unavailable, format!("internal: unexpected outcome {o:?}"), None)
+    status(ErrorCode::Unavailable, format!("internal: unexpected outcome {o:?}"))
 }
 
 fn history_status(e: HistoryError) -> Status {
     match e {
-        HistoryError::Compacted { .. } => status(ErrorCode::InvalidArgument, format!("{e}; re-list with ListShards and watch from its revision"), None),
-        HistoryError::Ahead { .. } => status(ErrorCode::InvalidArgument, e.to_string(), None),
+        HistoryError::Compacted { .. } => status(ErrorCode::InvalidArgument, format!("{e}; re-list with ListShards and watch from its revision")),
+        HistoryError::Ahead { .. } => status(ErrorCode::InvalidArgument, e.to_string()),
     }
 }
 
@@ -233,7 +233,7 @@ impl RegistryService for RegistryApi {
         let history = self.reg.read(|st| st.events_after(from)).await?.map_err(history_status)?;
         let (tx, rx) = mpsc::channel(64);
         let reg = self.reg.clone();
-        tokio::spawn(async move {
+        self.reg.tasks.spawn("ownership watch stream", async move {
             let mut last = from;
             for ev in &history {
                 if tx.send(Ok(cv::event_to(ev))).await.is_err() {
@@ -242,7 +242,11 @@ impl RegistryService for RegistryApi {
                 last = ev.revision;
             }
             loop {
-                let batch = match live.recv().await {
+                let next = tokio::select! {
+                    ev = live.recv() => ev,
+                    _ = tx.closed() => return,
+                };
+                let batch = match next {
                     Ok(ev) if ev.revision.0 <= last.0 + 1 => vec![ev],
                     // A gap (a snapshot was installed, or we lagged): catch up from the
                     // retained history.
@@ -250,7 +254,7 @@ impl RegistryService for RegistryApi {
                         Ok(evs) => evs,
                         Err(e) => {
                             let msg = format!("watcher fell behind: {e}; resume from revision {}", last.0);
-                            let _ = tx.send(Err(status(ErrorCode::Unavailable, msg, None))).await;
+                            let _ = tx.send(Err(status(ErrorCode::Unavailable, msg))).await;
                             return;
                         }
                     },
@@ -280,7 +284,7 @@ impl RegistryService for RegistryApi {
         // between this read of the state and the record of the grant.
         let (lease, owned, configs) = {
             let mut guard = self.reg.hooks.leases.lock().expect("leases lock");
-            let leases = guard.as_mut().ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly".into(), None))?;
+            let leases = guard.as_mut().ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly"))?;
             let (owned, configs) = self
                 .reg
                 .group

@@ -1,8 +1,9 @@
-//! A 3-voter registry in this process (voters in regions east, west, south), RocksDB in
-//! a directory the caller owns, gRPC on loopback, with test timings (heartbeat 100 ms,
-//! elections 1–2 s) and a 3 s ownership lease.
+//! Test support (feature `test-support`): a 3-voter registry in this process (voters
+//! in regions east, west, south), RocksDB in a directory the caller owns, gRPC on
+//! loopback, with test timings (heartbeat 100 ms, elections 1–2 s) and a 3 s ownership
+//! lease. Used by the registry's own tests and by the cell's and the gateway's.
 
-use holdfast_registry::{RegistryConfig, RegistryServer};
+use crate::{RegistryConfig, RegistryServer};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -11,28 +12,36 @@ use tokio::net::TcpListener;
 /// The ownership lease the test registry grants, ms.
 pub const LEASE_MS: u64 = 3_000;
 
+/// The ownership grace the test registry waits past a lapsed lease, ms.
+pub const GRACE_MS: u64 = 200;
+
+/// The configuration of test voter `id` (1..=3) under `dir`, on port 0.
+pub fn config(dir: &Path, id: u64) -> RegistryConfig {
+    RegistryConfig {
+        node_id: id,
+        region: ["east", "west", "south"][(id as usize - 1) % 3].into(),
+        data_dir: dir.join(format!("registry-{id}")),
+        raft_addr: "127.0.0.1:0".into(),
+        client_addr: "127.0.0.1:0".into(),
+        advertise_client_addr: None,
+        heartbeat_ms: 100,
+        election_min_ms: 1_000,
+        election_max_ms: 2_000,
+        ownership_lease_ms: LEASE_MS,
+        ownership_grace_ms: GRACE_MS,
+        snapshot_every_logs: 5_000,
+        shutdown_deadline_ms: 5_000,
+        transport: Default::default(),
+    }
+}
+
 /// Starts and forms the registry under `dir`.
 pub async fn start_registry(dir: &Path) -> Vec<RegistryServer> {
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
-        let cfg = RegistryConfig {
-            node_id: id,
-            region: ["east", "west", "south"][id as usize - 1].into(),
-            data_dir: dir.join(format!("registry-{id}")),
-            raft_addr: "127.0.0.1:0".into(),
-            client_addr: "127.0.0.1:0".into(),
-            advertise_client_addr: None,
-            heartbeat_ms: 100,
-            election_min_ms: 1_000,
-            election_max_ms: 2_000,
-            ownership_lease_ms: LEASE_MS,
-            ownership_grace_ms: 200,
-            snapshot_every_logs: 5_000,
-            shutdown_deadline_ms: 5_000,
-        };
         let raft = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        nodes.push(RegistryServer::start(&cfg, raft, client).await.expect("start a registry node"));
+        nodes.push(RegistryServer::start(&config(dir, id), raft, client).await.expect("start a registry node"));
     }
     let members = nodes.iter().map(|n| (n.node_id(), n.node().clone())).collect();
     nodes[0].initialize(members).await.expect("form the registry");

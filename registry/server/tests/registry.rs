@@ -13,7 +13,7 @@ const LEASE: Duration = Duration::from_millis(LEASE_MS);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
-    let _g = serial();
+    let _g = serial().await;
     let reg = TestRegistry::start().await;
     let leader = reg.leader().await;
     let mut c = reg.client(leader).await;
@@ -29,7 +29,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
     let follower = *reg.nodes.keys().find(|id| **id != leader).unwrap();
     let e = reg.client(follower).await.get_owner(pb::GetOwnerRequest { ns: "pay".into(), shard: String::new() }).await.unwrap_err();
     assert_eq!(code(&e), "NOT_LEADER");
-    let hint = e.metadata().get("holdfast-leader").unwrap().to_str().unwrap().to_owned();
+    let hint = holdfast_rpc::status::leader_of(&e).expect("a leader hint");
     assert_eq!(hint, reg.client_addr(leader).to_string());
 
     info!("--- an evacuated region to move into");
@@ -98,7 +98,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planned_move_drains_the_source_and_its_seal_hands_over_at_the_next_epoch() {
-    let _g = serial();
+    let _g = serial().await;
     let reg = TestRegistry::start().await;
     let mut c = reg.leader_client().await;
     topology(&mut c).await;
@@ -150,7 +150,7 @@ async fn planned_move_drains_the_source_and_its_seal_hands_over_at_the_next_epoc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unplanned_move_completes_only_after_the_sources_lease_ran_out() {
-    let _g = serial();
+    let _g = serial().await;
     let reg = TestRegistry::start().await;
     let mut c = reg.leader_client().await;
     topology(&mut c).await;
@@ -200,7 +200,7 @@ async fn unplanned_move_completes_only_after_the_sources_lease_ran_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_continue_after_the_registry_leader_is_killed_and_the_new_leader_waits_a_lease() {
-    let _g = serial();
+    let _g = serial().await;
     let mut reg = TestRegistry::start().await;
     let l1 = reg.leader().await;
     let mut c = reg.client(l1).await;
@@ -238,7 +238,7 @@ async fn writes_continue_after_the_registry_leader_is_killed_and_the_new_leader_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_resumed_from_a_revision_misses_nothing() {
-    let _g = serial();
+    let _g = serial().await;
     let reg = TestRegistry::start().await;
     let mut c = reg.leader_client().await;
     topology(&mut c).await;

@@ -1,5 +1,5 @@
 //! Persisted and replicated formats. Every encoding starts with a magic and a
-//! version, so the next release can read what this one wrote (STYLE.md #13). The
+//! version, so the next release can read what this one wrote (docs/development.md, rule 13). The
 //! framing is `holdfast_core::codec`'s; the magics and the version are this crate's.
 
 use crate::command::Entry;

@@ -11,7 +11,7 @@ use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_raft::testing::Faults;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
@@ -21,19 +21,10 @@ pub const WAIT: Duration = Duration::from_secs(20);
 pub const TTL_MS: u64 = 3_000;
 pub const CHECKPOINT_MS: u64 = 500;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Cell tests run one at a time: parallel clusters on 2 cores starve heartbeats.
-pub fn serial() -> MutexGuard<'static, ()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,holdfast_cell=info".into()))
-        .with_test_writer()
-        .try_init();
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub use holdfast_testkit::serial;
 
 pub fn code(s: &tonic::Status) -> String {
-    s.metadata().get("holdfast-code").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+    holdfast_rpc::status::code_of(s).map_or(String::new(), |c| c.as_str().to_owned())
 }
 
 pub struct TestCell {
@@ -127,6 +118,7 @@ impl TestCell {
             checkpoint_interval_ms: CHECKPOINT_MS,
             snapshot_every_logs: 5_000,
             shutdown_deadline_ms: 5_000,
+            transport: Default::default(),
             unsafe_plant: None,
         }
     }
@@ -202,7 +194,7 @@ impl TestCell {
     }
 
     pub async fn channel(&self, id: u64) -> Channel {
-        Channel::from_shared(format!("http://{}", self.client_addrs[&id])).unwrap().connect().await.unwrap()
+        holdfast_rpc::Transport::default().connect(&self.client_addrs[&id].to_string()).await.unwrap()
     }
 
     /// Clients of every running node, for tasks that must follow leader changes.

@@ -10,31 +10,20 @@ use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient
 use holdfast_registry::{RegistryConfig, RegistryServer};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 pub const WAIT: Duration = Duration::from_secs(20);
-pub const LEASE_MS: u64 = 3_000;
-pub const GRACE_MS: u64 = 200;
+pub use holdfast_registry::testing::{GRACE_MS, LEASE_MS};
 
 pub type Client = RegistryServiceClient<Channel>;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Registry tests run one at a time: parallel clusters on 2 cores starve heartbeats.
-pub fn serial() -> MutexGuard<'static, ()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,holdfast_registry=info".into()))
-        .with_test_writer()
-        .try_init();
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub use holdfast_testkit::serial;
 
 pub fn code(s: &tonic::Status) -> String {
-    s.metadata().get("holdfast-code").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+    holdfast_rpc::status::code_of(s).map_or(String::new(), |c| c.as_str().to_owned())
 }
 
 pub struct TestRegistry {
@@ -60,21 +49,7 @@ impl TestRegistry {
     }
 
     fn config(&self, id: u64) -> RegistryConfig {
-        RegistryConfig {
-            node_id: id,
-            region: ["east", "west", "south"][(id as usize - 1) % 3].into(),
-            data_dir: self.root.path().join(format!("node-{id}")),
-            raft_addr: "127.0.0.1:0".into(),
-            client_addr: "127.0.0.1:0".into(),
-            advertise_client_addr: None,
-            heartbeat_ms: 100,
-            election_min_ms: 1_000,
-            election_max_ms: 2_000,
-            ownership_lease_ms: LEASE_MS,
-            ownership_grace_ms: GRACE_MS,
-            snapshot_every_logs: 5_000,
-            shutdown_deadline_ms: 5_000,
-        }
+        holdfast_registry::testing::config(self.root.path(), id)
     }
 
     pub async fn stop_node(&mut self, id: u64) {
@@ -100,7 +75,7 @@ impl TestRegistry {
     }
 
     pub async fn client(&self, id: u64) -> Client {
-        let ch = Channel::from_shared(format!("http://{}", self.client_addrs[&id])).unwrap().connect().await.unwrap();
+        let ch = holdfast_rpc::Transport::default().connect(&self.client_addrs[&id].to_string()).await.unwrap();
         RegistryServiceClient::new(ch)
     }
 

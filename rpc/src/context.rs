@@ -1,0 +1,154 @@
+//! [`CallContext`]: what a server knows about a call besides its message — who is
+//! calling, until when the caller waits, and the trace it belongs to — read once at
+//! the door (gRPC metadata or HTTP headers) and passed on to every call made on the
+//! caller's behalf ([`CallContext::request`]).
+
+use crate::serve::Peer;
+use crate::status::{IDENTITY_HEADER, IDENTITY_METADATA, TRACEPARENT, TRACESTATE};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Longest identity or trace header kept; longer ones are dropped, not truncated.
+const MAX_HEADER_VALUE: usize = 512;
+
+/// One call's context. `Default` is a call from nobody in particular, with no
+/// deadline and no trace (a server's own background work).
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    /// The connection the call came in on.
+    pub peer: Option<Peer>,
+    /// The identity the caller says it acts for (`holdfast-identity` metadata, or the
+    /// `x-holdfast-identity` HTTP header). Self-declared: an audit hint, not a proof.
+    pub claimed_identity: Option<String>,
+    /// When the caller stops waiting, on this process's monotonic clock (from the
+    /// gRPC `grpc-timeout` header).
+    pub deadline: Option<Instant>,
+    /// W3C trace context, passed on unchanged.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+}
+
+fn bounded(v: Option<&str>) -> Option<String> {
+    v.map(str::trim).filter(|v| !v.is_empty() && v.len() <= MAX_HEADER_VALUE).map(str::to_owned)
+}
+
+/// Parses a `grpc-timeout` value: up to 8 digits and a unit (`H M S m u n`).
+pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
+    if v.len() < 2 || v.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = v.split_at(v.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+impl CallContext {
+    /// The context of an incoming gRPC call.
+    pub fn from_grpc<T>(req: &tonic::Request<T>) -> CallContext {
+        let md = req.metadata();
+        let get = |k: &str| md.get(k).and_then(|v| v.to_str().ok());
+        CallContext {
+            peer: req.extensions().get::<Peer>().cloned(),
+            claimed_identity: bounded(get(IDENTITY_METADATA)),
+            deadline: get("grpc-timeout").and_then(parse_grpc_timeout).map(|d| Instant::now() + d),
+            traceparent: bounded(get(TRACEPARENT)),
+            tracestate: bounded(get(TRACESTATE)),
+        }
+    }
+
+    /// The context of an incoming HTTP request.
+    pub fn from_http(peer: Option<Peer>, headers: &axum::http::HeaderMap) -> CallContext {
+        let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok());
+        CallContext {
+            peer,
+            claimed_identity: bounded(get(IDENTITY_HEADER)),
+            deadline: None,
+            traceparent: bounded(get(TRACEPARENT)),
+            tracestate: bounded(get(TRACESTATE)),
+        }
+    }
+
+    /// Who to name in an audit record: the claimed identity, else the peer's address.
+    pub fn identity(&self) -> String {
+        match (&self.claimed_identity, &self.peer) {
+            (Some(id), _) => id.clone(),
+            (None, Some(p)) => format!("anonymous@{}", p.addr),
+            (None, None) => "anonymous".into(),
+        }
+    }
+
+    /// Time left before the caller's deadline; `None` when it set none.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline.map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// `default`, cut to the caller's deadline.
+    pub fn budget(&self, default: Duration) -> Duration {
+        self.remaining().map_or(default, |r| r.min(default))
+    }
+
+    /// An outgoing request made on this call's behalf: the deadline (as
+    /// `grpc-timeout`), the trace and the identity go with it.
+    pub fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        if let Some(left) = self.remaining() {
+            r.set_timeout(left.max(Duration::from_millis(1)));
+        }
+        let md = r.metadata_mut();
+        for (k, v) in [(IDENTITY_METADATA, &self.claimed_identity), (TRACEPARENT, &self.traceparent), (TRACESTATE, &self.tracestate)] {
+            if let Some(v) = v.as_deref().and_then(|v| v.parse().ok()) {
+                md.insert(k, v);
+            }
+        }
+        r
+    }
+
+    /// This context acting for `identity` (a command line naming its operator).
+    pub fn acting_for(mut self, identity: impl Into<String>) -> CallContext {
+        self.claimed_identity = bounded(Some(&identity.into()));
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_and_nonsense_does_not() {
+        assert_eq!(parse_grpc_timeout("150m"), Some(Duration::from_millis(150)));
+        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        for bad in ["", "m", "12", "123456789m", "-1S", "1x"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_context_travels_with_the_calls_made_for_it() {
+        let mut incoming = tonic::Request::new(());
+        incoming.metadata_mut().insert(IDENTITY_METADATA, "alice".parse().unwrap());
+        incoming.metadata_mut().insert(TRACEPARENT, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".parse().unwrap());
+        incoming.metadata_mut().insert("grpc-timeout", "5S".parse().unwrap());
+        let ctx = CallContext::from_grpc(&incoming);
+        assert_eq!(ctx.identity(), "alice");
+        assert!(ctx.remaining().unwrap() <= Duration::from_secs(5));
+        assert!(ctx.budget(Duration::from_secs(60)) <= Duration::from_secs(5), "cut to the deadline");
+        assert_eq!(ctx.budget(Duration::from_millis(1)), Duration::from_millis(1), "a shorter default stands");
+        let out = ctx.request(());
+        assert_eq!(out.metadata().get(IDENTITY_METADATA).unwrap(), "alice");
+        assert_eq!(out.metadata().get(TRACEPARENT).unwrap(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        assert!(out.metadata().get("grpc-timeout").is_some());
+        let mut long = tonic::Request::new(());
+        long.metadata_mut().insert(IDENTITY_METADATA, "x".repeat(600).parse().unwrap());
+        assert_eq!(CallContext::from_grpc(&long).claimed_identity, None, "oversized headers are dropped");
+    }
+}
