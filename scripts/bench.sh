@@ -52,32 +52,49 @@ for _ in $(seq 60); do
     sleep 0.5
 done
 
-echo "== holdfast: one region (a registry voter, a 3-node cell, a gateway) on loopback"
-"$bin/holdfast" dev --regions 1 --base-port 7400 --data-dir "$work/holdfast" >"$work/holdfast.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 240); do [ -f "$work/holdfast/endpoints.json" ] && break; sleep 0.5; done
-[ -f "$work/holdfast/endpoints.json" ] || { tail -20 "$work/holdfast.log"; exit 1; }
-gateway="127.0.0.1:7400"
-cell="127.0.0.1:7404,127.0.0.1:7405,127.0.0.1:7406"
-"$bin/holdfast-bench" setup --endpoints "$gateway" --cell east-1
+# Two holdfast playgrounds, each one region (a registry voter, a 3-node cell, a
+# gateway) on loopback: as deployed (mutual TLS on every port), and --insecure
+# (plaintext), so the cost of TLS is measured in the same run (BENCH_TLS=on|off|both).
+tls="${BENCH_TLS:-both}"
+start_holdfast() { # name base-port dev-flags...
+    local name=$1 port=$2; shift 2
+    echo "== holdfast ($name): one region on loopback, ports from $port"
+    "$bin/holdfast" dev --regions 1 --base-port "$port" --data-dir "$work/$name" "$@" >"$work/$name.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 240); do [ -f "$work/$name/endpoints.json" ] && break; sleep 0.5; done
+    [ -f "$work/$name/endpoints.json" ] || { tail -20 "$work/$name.log"; exit 1; }
+}
+systems=(etcd)
+if [ "$tls" != off ]; then
+    start_holdfast holdfast 7400
+    "$bin/holdfast-bench" setup --endpoints 127.0.0.1:7400 --cell east-1 --certs-dir "$work/holdfast/certs"
+    systems+=(holdfast-gateway holdfast-cell)
+fi
+if [ "$tls" != on ]; then
+    start_holdfast holdfast-plain 7500 --insecure
+    "$bin/holdfast-bench" setup --endpoints 127.0.0.1:7500 --cell east-1
+    systems+=(holdfast-gateway-plain holdfast-cell-plain)
+fi
 
 {
     echo "commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ), $(nproc) cores"
     echo "etcd $(etcd --version | head -1 | awk '{print $3}'); $secs s per workload per system, ${BENCH_ROUNDS:-3} rounds"
 } >"$out/README"
 rounds="${BENCH_ROUNDS:-3}"
-systems=(etcd holdfast-gateway holdfast-cell)
 for round in $(seq "$rounds"); do
     for w in single parallel contended; do
         # Alternate the order every round, so no system always runs on the warmer (or
         # the more fragmented) machine.
         order=("${systems[@]}")
-        if [ $((round % 2)) -eq 0 ]; then order=(holdfast-cell holdfast-gateway etcd); fi
+        if [ $((round % 2)) -eq 0 ]; then order=($(printf '%s\n' "${systems[@]}" | tac)); fi
         for sys in "${order[@]}"; do
+            certs=(--certs-dir "$work/holdfast/certs")
             case $sys in
                 etcd) args=(--system etcd --endpoints "$etcd_eps") ;;
-                holdfast-gateway) args=(--system holdfast --endpoints "$gateway" --label gateway) ;;
-                holdfast-cell) args=(--system holdfast --endpoints "$cell" --label cell) ;;
+                holdfast-gateway) args=(--system holdfast --endpoints 127.0.0.1:7400 --label gateway "${certs[@]}") ;;
+                holdfast-cell) args=(--system holdfast --endpoints 127.0.0.1:7404,127.0.0.1:7405,127.0.0.1:7406 --label cell "${certs[@]}") ;;
+                holdfast-gateway-plain) args=(--system holdfast --endpoints 127.0.0.1:7500 --label "gateway, plaintext") ;;
+                holdfast-cell-plain) args=(--system holdfast --endpoints 127.0.0.1:7504,127.0.0.1:7505,127.0.0.1:7506 --label "cell, plaintext") ;;
             esac
             echo "-- round $round: $w $sys"
             "$bin/holdfast-bench" run --workload "$w" --seconds "$secs" "${args[@]}" | tee -a "$out/results.jsonl"

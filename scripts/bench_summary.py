@@ -39,3 +39,20 @@ for w in ["single", "parallel", "contended"]:
 print()
 for w, a in aims.items():
     print(f"- {w}: docs/design.md aims for {a}")
+# The cost of mutual TLS: the same path with and without it, in the same run.
+pairs = [("gateway", "holdfast (gateway)", "holdfast (gateway, plaintext)"), ("cell", "holdfast (cell)", "holdfast (cell, plaintext)")]
+lines = []
+for w in ["single", "parallel", "contended"]:
+    for path, on, off in pairs:
+        if (w, on) in runs and (w, off) in runs:
+            a, b = runs[(w, on)], runs[(w, off)]
+            lines.append(
+                f"| {w} | {path} | {med(a, 'ops_per_s') / med(b, 'ops_per_s'):.2f}× | {med(a, 'acquire_p99_ms') / med(b, 'acquire_p99_ms'):.2f}× |"
+            )
+if lines:
+    print()
+    print("Mutual TLS against plaintext, same path, same run (aim: within 15 % of the throughput):")
+    print()
+    print("| workload | path | ops/s TLS ÷ plaintext | acquire p99 TLS ÷ plaintext |")
+    print("|---|---|---:|---:|")
+    print("\n".join(lines))

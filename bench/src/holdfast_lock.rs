@@ -2,7 +2,8 @@
 //! exclusive acquire that waits, a release with the token.
 
 use crate::Locker;
-use holdfast_client::{AcquireOptions, Client, Lock, Session, SessionOptions};
+use holdfast_client::{AcquireOptions, Client, ClientConfig, Lock, Session, SessionOptions};
+use holdfast_rpc::{CertFiles, Security, TlsMaterial, Transport, TransportOptions};
 use std::time::Duration;
 
 pub struct HoldfastLocker {
@@ -10,9 +11,19 @@ pub struct HoldfastLocker {
     held: Option<Lock>,
 }
 
+/// Root's client certificate in `certs_dir`, or plaintext.
+pub fn security(certs_dir: Option<&std::path::Path>) -> Result<Security, String> {
+    match certs_dir {
+        Some(d) => Ok(Security::Tls(std::sync::Arc::new(TlsMaterial::load(CertFiles::user(d, "root"))?))),
+        None => Ok(Security::Insecure),
+    }
+}
+
 impl HoldfastLocker {
-    pub async fn connect(endpoints: &[String], ns: &str, shard: &str) -> Result<HoldfastLocker, String> {
-        let client = Client::connect(endpoints).await.map_err(|e| e.to_string())?;
+    /// A client of its own (its own connections, as an application instance has).
+    pub async fn connect(security: &Security, endpoints: &[String], ns: &str, shard: &str) -> Result<HoldfastLocker, String> {
+        let transport = Transport::new(TransportOptions::default(), security.clone());
+        let client = Client::connect_via(&transport, endpoints, ClientConfig::default()).await.map_err(|e| e.to_string())?;
         let session = client.create_session(SessionOptions::new(ns, shard, Duration::from_secs(10)).label("bench")).await.map_err(|e| e.to_string())?;
         Ok(HoldfastLocker { session, held: None })
     }
@@ -36,12 +47,12 @@ impl Locker for HoldfastLocker {
 /// Creates the namespace `bench` (correctness, fail-closed; the gateway's acquire-rate
 /// quota lifted so it does not cap the benchmark; no lock-delay) and places its shard
 /// `default` on `cell`. What exists already is left alone.
-pub async fn setup(endpoint: &str, cell: &str) -> Result<(), String> {
+pub async fn setup(security: &Security, endpoint: &str, cell: &str) -> Result<(), String> {
     use holdfast_proto::admin::v1 as apb;
     use holdfast_proto::lock::v1 as pb;
     use holdfast_proto::registry::v1 as rpb;
     use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
-    let mut reg = RegistryServiceClient::new(holdfast_rpc::Transport::default().connect(endpoint).await.map_err(|e| e.to_string())?);
+    let mut reg = RegistryServiceClient::new(Transport::new(TransportOptions::default(), security.clone()).connect(endpoint).await.map_err(|e| e.to_string())?);
     if reg.get_namespace(rpb::GetNamespaceRequest { name: "bench".into() }).await.is_err() {
         let config = apb::NamespaceConfig {
             name: "bench".into(),
@@ -68,7 +79,7 @@ pub async fn setup(endpoint: &str, cell: &str) -> Result<(), String> {
     // The cell serves the shard once it renewed with the registry: wait for a grant.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        match HoldfastLocker::connect(&[endpoint.to_owned()], "bench", "default").await {
+        match HoldfastLocker::connect(security, &[endpoint.to_owned()], "bench", "default").await {
             Ok(mut l) => {
                 if l.lock("bench-setup").await.is_ok() {
                     return l.unlock().await;

@@ -47,6 +47,10 @@ enum Cmd {
         endpoints: String,
         #[arg(long)]
         cell: String,
+        /// holdfast: the playground's certificates (root's client certificate);
+        /// unset: plaintext, for a playground run --insecure.
+        #[arg(long)]
+        certs_dir: Option<std::path::PathBuf>,
     },
     /// One workload against one system; one JSON line out.
     ///
@@ -77,6 +81,10 @@ struct Args {
     /// A label for the run (which path: gateway, cell).
     #[arg(long, default_value = "")]
     label: String,
+    /// holdfast: the playground's certificates (root's client certificate); unset:
+    /// plaintext, for a playground run --insecure.
+    #[arg(long)]
+    certs_dir: Option<std::path::PathBuf>,
 }
 
 /// One client's lock operations, whatever the system.
@@ -189,7 +197,7 @@ async fn run<L: Locker + 'static>(lockers: Vec<L>, a: &Args) -> Report {
 #[tokio::main]
 async fn main() -> Result<(), String> {
     let a = match Cmd::parse() {
-        Cmd::Setup { endpoints, cell } => return holdfast_lock::setup(&endpoints, &cell).await,
+        Cmd::Setup { endpoints, cell, certs_dir } => return holdfast_lock::setup(&holdfast_lock::security(certs_dir.as_deref())?, &endpoints, &cell).await,
         Cmd::Run(a) => a,
     };
     let clients = a.clients.unwrap_or(match a.workload {
@@ -200,9 +208,10 @@ async fn main() -> Result<(), String> {
     let endpoints: Vec<String> = a.endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect();
     let report = match a.system {
         System::Holdfast => {
+            let security = holdfast_lock::security(a.certs_dir.as_deref())?;
             let mut ls = Vec::new();
             for _ in 0..clients {
-                ls.push(holdfast_lock::HoldfastLocker::connect(&endpoints, &a.ns, &a.shard).await?);
+                ls.push(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.ns, &a.shard).await?);
             }
             run(ls, &a).await
         }

@@ -4,7 +4,7 @@
 //! admin-mode calls to one cell (`CellAdmin`), for a cell run without a registry.
 
 use crate::ops::{emit, Gw, Output};
-use crate::remote::Remote;
+use crate::remote::{ClientTls, Remote};
 use clap::{Args, Subcommand};
 use holdfast_core::{Intent, Posture};
 use holdfast_proto::admin::v1 as apb;
@@ -32,11 +32,13 @@ pub struct Target {
     /// Shard of the namespace.
     #[arg(long, default_value = "default")]
     shard: String,
+    #[command(flatten)]
+    tls: ClientTls,
 }
 
 impl Target {
     fn remote(&self) -> Result<Remote, String> {
-        Remote::new(&self.endpoint)
+        Remote::new(&self.endpoint, &self.tls)
     }
 
     fn shard_ref(&self) -> Option<pb::ShardRef> {
@@ -461,7 +463,10 @@ pub async fn lock(cmd: LockCmd) -> Result<(), String> {
         }
         LockCmd::Exec { target, name, ttl_ms, wait_ms, command } => {
             let endpoints = crate::remote::endpoint_list(&target.endpoint)?;
-            return crate::exec::run(&endpoints, &target.ns, &target.shard, &name, ttl_ms, wait_ms, &command).await;
+            let transport = crate::remote::transport(&target.tls)?;
+            let client =
+                holdfast_client::Client::connect_via(transport, &endpoints, holdfast_client::ClientConfig::default()).await.map_err(|e| e.to_string())?;
+            return crate::exec::run(client, &target.ns, &target.shard, &name, ttl_ms, wait_ms, &command).await;
         }
         LockCmd::Check { target, name, token } => {
             let req = pb::CheckTokenRequest { shard: target.shard_ref(), name: name.clone(), token };

@@ -54,6 +54,8 @@ pub struct WorkerArgs {
     ns: String,
     #[arg(long, default_value = "default")]
     shard: String,
+    #[command(flatten)]
+    tls: crate::remote::ClientTls,
 }
 
 struct Timeline(Instant);
@@ -92,10 +94,11 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(procs: &mut Procs, endpoint: &str, ledger: &str) -> Result<Worker, String> {
+    fn start(procs: &mut Procs, endpoint: &str, ledger: &str, tls: &crate::remote::ClientTls) -> Result<Worker, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut child = Command::new(exe)
             .args(["demo-worker", "--endpoint", endpoint, "--ledger", ledger, "--lock", LOCK])
+            .args(tls.args())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -162,13 +165,14 @@ pub async fn run(a: DemoArgs) -> Result<(), String> {
     );
     let endpoints = wait_endpoints(&data, &mut procs).await?;
     let gw = endpoints.regions.get("east").ok_or("no east gateway in endpoints.json")?.gateway.grpc.clone();
+    let tls = endpoints.client_tls();
     t.say(format!("playground ready; east gateway {gw}"));
 
     let ledger = MemoryFence::new("demo-ledger");
     let ledger_url = serve_ledger(ledger).await?;
     t.say(format!("fenced ledger at {ledger_url} (rejects a token lower than the highest it has seen)"));
 
-    let mut a_w = Worker::start(&mut procs, &gw, &ledger_url)?;
+    let mut a_w = Worker::start(&mut procs, &gw, &ledger_url, &tls)?;
     let ta = a_w.token()?;
     t.say(format!("worker A (pid {}) holds {LOCK} with token {ta}", a_w.pid));
     let r = a_w.write("A:1")?;
@@ -177,7 +181,7 @@ pub async fn run(a: DemoArgs) -> Result<(), String> {
 
     let _ = Command::new("kill").args(["-STOP", &a_w.pid.to_string()]).status();
     t.say(format!("A paused (SIGSTOP), past its {TTL_MS} ms TTL: a GC pause, a frozen VM"));
-    let mut b_w = Worker::start(&mut procs, &gw, &ledger_url)?;
+    let mut b_w = Worker::start(&mut procs, &gw, &ledger_url, &tls)?;
     let tb = b_w.token()?;
     t.say(format!("A's session expired; worker B (pid {}) granted {LOCK} with token {tb}", b_w.pid));
     check(tb > ta, "B's token must be larger than A's")?;
@@ -193,7 +197,7 @@ pub async fn run(a: DemoArgs) -> Result<(), String> {
     let _ = (a_w.child_index, b_w.child_index);
 
     t.say("moving shard demo/default from east-1 to west-1 (planned: drain, seal, epoch + 1)");
-    let mut reg = RegistryServiceClient::new(crate::remote::connect(&gw).await?);
+    let mut reg = RegistryServiceClient::new(crate::remote::connect(crate::remote::transport(&tls)?, &gw).await?);
     let req = rpb::MoveShardRequest { ns: "demo".into(), shard: "default".into(), to_cell: "west-1".into(), planned: true };
     reg.move_shard(req).await.map_err(|s| holdfast_rpc::status::one_line(&s))?;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -211,7 +215,7 @@ pub async fn run(a: DemoArgs) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     t.say(format!("demo/default now on {} in {} at epoch {}", owner.cell, owner.region, owner.epoch));
-    let mut c_w = Worker::start(&mut procs, &gw, &ledger_url)?;
+    let mut c_w = Worker::start(&mut procs, &gw, &ledger_url, &tls)?;
     let tc = c_w.token()?;
     let epoch = FencingToken(tc).epoch().0;
     t.say(format!("worker C granted {LOCK} after the move with token {tc} (epoch {epoch})"));
@@ -273,7 +277,9 @@ async fn write(State(ledger): State<Arc<MemoryFence>>, Json(b): Json<Value>) -> 
 /// plays the zombie holder the fence must stop. `holdfast drill run` uses it too, as
 /// a holder it can SIGSTOP.
 pub async fn worker(a: WorkerArgs) -> Result<(), String> {
-    let client = holdfast_client::Client::connect(&[a.endpoint.as_str()]).await.map_err(|e| e.to_string())?;
+    let transport = crate::remote::transport(&a.tls)?;
+    let client =
+        holdfast_client::Client::connect_via(transport, &[a.endpoint.as_str()], holdfast_client::ClientConfig::default()).await.map_err(|e| e.to_string())?;
     let opts = holdfast_client::SessionOptions::new(a.ns.as_str(), a.shard.as_str(), Duration::from_millis(a.ttl_ms)).label("demo-worker");
     let session = client.create_session(opts).await.map_err(|e| e.to_string())?;
     let lock = session.acquire(&a.lock, holdfast_client::AcquireOptions::new().wait(Duration::from_secs(60))).await.map_err(|e| e.to_string())?;

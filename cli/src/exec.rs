@@ -5,15 +5,14 @@
 //! If the lease is lost, the child is sent SIGTERM, then SIGKILL after 5 s, and exec
 //! exits 1; otherwise it releases the lock and exits with the child's status.
 
-use holdfast_client::{AcquireOptions, Client, ClientConfig, SessionOptions};
+use holdfast_client::{AcquireOptions, Client, SessionOptions};
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::process::Command;
 use tracing::warn;
 
-pub async fn run(endpoints: &[String], ns: &str, shard: &str, name: &str, ttl_ms: u64, wait_ms: u64, command: &[String]) -> Result<(), String> {
+pub async fn run(client: Client, ns: &str, shard: &str, name: &str, ttl_ms: u64, wait_ms: u64, command: &[String]) -> Result<(), String> {
     let (program, args) = command.split_first().ok_or("nothing to run after --")?;
-    let client = Client::connect_via(crate::remote::transport(), endpoints, ClientConfig::default()).await.map_err(|e| e.to_string())?;
     let session =
         client.create_session(SessionOptions::new(ns, shard, Duration::from_millis(ttl_ms)).label("holdfast lock exec")).await.map_err(|e| e.to_string())?;
     let lock = session.acquire(name, AcquireOptions::new().wait(Duration::from_millis(wait_ms))).await.map_err(|e| e.to_string())?;

@@ -35,6 +35,8 @@ pub struct RunArgs {
     /// `HOLDFAST_*` environment, flags), as JSON, and exit.
     #[arg(long)]
     print_config: bool,
+    #[command(flatten)]
+    tls: crate::serve::ServerTls,
 }
 
 pub async fn run(cmd: GatewayCmd) -> Result<(), String> {
@@ -44,7 +46,8 @@ pub async fn run(cmd: GatewayCmd) -> Result<(), String> {
 }
 
 async fn run_gateway(a: RunArgs) -> Result<(), String> {
-    let overrides = overrides([("region", a.region), ("registry_endpoints", a.registry), ("grpc_addr", a.grpc_addr), ("http_addr", a.http_addr)]);
+    let own = [("region", a.region), ("registry_endpoints", a.registry), ("grpc_addr", a.grpc_addr), ("http_addr", a.http_addr)];
+    let overrides = overrides(own.into_iter().chain(a.tls.overrides()));
     let cfg = GatewayConfig::load(a.config.as_deref(), &overrides).map_err(|e| e.to_string())?;
     if a.print_config {
         return crate::serve::print_config(&cfg);

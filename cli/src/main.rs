@@ -3,6 +3,8 @@
 //! (`holdfast cell init`, `ns apply`, `shard adopt`, `lock ...`).
 //! Commands talk gRPC; a `NOT_LEADER` answer is followed once to the hinted leader.
 
+mod access;
+mod cert;
 mod client;
 mod demo;
 mod dev;
@@ -35,6 +37,9 @@ enum Cmd {
     /// Run a region's gateway.
     #[command(subcommand)]
     Gateway(gateway_cmd::GatewayCmd),
+    /// Certificates: the cluster's CA, node and client certificates.
+    #[command(subcommand)]
+    Cert(cert::CertCmd),
     /// A local multi-region playground: one process per node, until Ctrl-C.
     ///
     /// Example: holdfast dev --data-dir /tmp/hf --base-port 7000
@@ -60,6 +65,15 @@ enum Cmd {
     /// Administrative actions, audited.
     #[command(subcommand)]
     Admin(ops::AdminCmd),
+    /// Roles: who may do what in which namespace (docs/security.md).
+    #[command(subcommand)]
+    Role(access::RoleCmd),
+    /// Bearer tokens, for callers without a client certificate.
+    #[command(subcommand)]
+    Token(access::TokenCmd),
+    /// The durable audit log of administrative actions.
+    #[command(subcommand)]
+    Audit(access::AuditCmd),
     /// Drills: evacuate a region, inject faults, run a checked drill.
     #[command(subcommand)]
     Drill(drill::DrillCmd),
@@ -103,6 +117,7 @@ fn main() -> ExitCode {
             Cmd::Cell(c) => serve::run(c).await,
             Cmd::Registry(c) => registry_cmd::run(c).await,
             Cmd::Gateway(c) => gateway_cmd::run(c).await,
+            Cmd::Cert(c) => cert::run(c),
             Cmd::Dev(a) => dev::run(a).await,
             Cmd::Ns(c) => client::ns(c).await,
             Cmd::Shard(c) => client::shard(c).await,
@@ -111,6 +126,9 @@ fn main() -> ExitCode {
             Cmd::Region(c) => ops::region(c).await,
             Cmd::Cluster(c) => ops::cluster(c).await,
             Cmd::Admin(c) => ops::admin(c).await,
+            Cmd::Role(c) => access::role(c).await,
+            Cmd::Token(c) => access::token(c).await,
+            Cmd::Audit(c) => access::audit(c).await,
             Cmd::Drill(c) => drill::run(c).await,
             Cmd::Demo(a) => demo::run(a).await,
             Cmd::DemoWorker(a) => demo::worker(a).await,

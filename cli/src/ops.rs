@@ -3,7 +3,7 @@
 //! `-o table|json`. JSON is for scripts (one document per command); tables for people.
 
 use crate::client::{locks, registry};
-use crate::remote::{self, Remote};
+use crate::remote::{self, ClientTls, Remote};
 use clap::{Args, Subcommand, ValueEnum};
 use holdfast_proto::json::{session_hex, BrokenView, SessionInfoView};
 use holdfast_proto::lock::v1 as pb;
@@ -31,11 +31,13 @@ pub struct Gw {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: Output,
+    #[command(flatten)]
+    pub tls: ClientTls,
 }
 
 impl Gw {
     pub fn remote(&self) -> Result<Remote, String> {
-        Remote::new(&self.endpoint)
+        Remote::new(&self.endpoint, &self.tls)
     }
 }
 
@@ -232,8 +234,8 @@ pub async fn admin(cmd: AdminCmd) -> Result<(), String> {
 }
 
 /// A Raft node's RaftAdmin Metrics, within 2 s.
-async fn raft_metrics(raft_addr: &str) -> Result<raftpb::MetricsResponse, String> {
-    let mut admin = RaftAdminClient::new(remote::connect(raft_addr).await?);
+async fn raft_metrics(t: &holdfast_rpc::Transport, raft_addr: &str) -> Result<raftpb::MetricsResponse, String> {
+    let mut admin = RaftAdminClient::new(remote::connect(t, raft_addr).await?);
     tokio::time::timeout(Duration::from_secs(2), admin.metrics(raftpb::MetricsRequest {}))
         .await
         .map_err(|_| format!("no answer from {raft_addr}"))?
@@ -262,10 +264,10 @@ fn node_row(group: &str, cell: Option<&str>, region: Option<&str>, node: Option<
 
 /// The registry's voters and learners, from the Raft membership of the first of
 /// `seeds` that answers; a row per node. If none answers, a row per seed says so.
-async fn registry_rows(seeds: &[String]) -> Vec<Value> {
+async fn registry_rows(t: &holdfast_rpc::Transport, seeds: &[String]) -> Vec<Value> {
     let mut failures = Vec::new();
     for seed in seeds {
-        let first = match raft_metrics(seed).await {
+        let first = match raft_metrics(t, seed).await {
             Ok(m) => m,
             Err(e) => {
                 failures.push(node_row("registry", None, None, None, seed, &Err(e)));
@@ -278,7 +280,7 @@ async fn registry_rows(seeds: &[String]) -> Vec<Value> {
         let mut rows = Vec::new();
         for id in ids {
             let raft = &nodes[&id].raft_addr;
-            let metrics = if id == first.node_id { Ok(first.clone()) } else { raft_metrics(raft).await };
+            let metrics = if id == first.node_id { Ok(first.clone()) } else { raft_metrics(t, raft).await };
             rows.push(node_row("registry", None, None, Some(id), raft, &metrics));
         }
         return rows;
@@ -290,10 +292,11 @@ pub async fn cluster(cmd: ClusterCmd) -> Result<(), String> {
     let ClusterCmd::Status { gw, registry_raft } = cmd;
     let seeds: Vec<String> = registry_raft.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
     let cells = gw.remote()?.call(|ch| registry(ch, rpb::ListCellsRequest::default(), |mut c, r| async move { c.list_cells(r).await })).await?.cells;
-    let mut rows = registry_rows(&seeds).await;
+    let remote = gw.remote()?;
+    let mut rows = registry_rows(remote.transport(), &seeds).await;
     for c in &cells {
         for m in &c.members {
-            let metrics = raft_metrics(&m.raft_addr).await;
+            let metrics = raft_metrics(remote.transport(), &m.raft_addr).await;
             rows.push(node_row("cell", Some(&c.cell), Some(&c.region), Some(m.node_id), &m.raft_addr, &metrics));
         }
     }

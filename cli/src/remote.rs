@@ -1,22 +1,72 @@
 //! How every command reaches a holdfast deployment: one transport per process (the
-//! wire edge's pool and limits), and a leader-following caller over the endpoints the
-//! operator named — gateways, or the nodes of one cell or of the registry — that
-//! follows `NOT_LEADER` hints, moves past an endpoint that does not answer, and
-//! retries what may succeed on retry, saying so on stderr.
+//! wire edge's pool, limits and mutual TLS with the operator's client certificate),
+//! and a leader-following caller over the endpoints the operator named — gateways, or
+//! the nodes of one cell or of the registry — that follows `NOT_LEADER` hints, moves
+//! past an endpoint that does not answer, and retries what may succeed on retry, saying
+//! so on stderr.
 
-use holdfast_rpc::{Budget, CallError, Channel, Hints, Retry, RetryPolicy, Transport, Upstream};
+use clap::Args;
+use holdfast_rpc::{Budget, CallError, CertFiles, Channel, Hints, Retry, RetryPolicy, Security, TlsMaterial, Transport, TransportOptions, Upstream};
 use std::future::Future;
-use std::sync::OnceLock;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// How long a command keeps retrying a transient failure (an election, a shard being
 /// adopted) before it reports it.
 const RETRY_FOR: Duration = Duration::from_secs(10);
 
-/// The process's transport.
-pub fn transport() -> &'static Transport {
+/// How a command proves who it is: a client certificate of the cluster's CA.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ClientTls {
+    /// Directory with `ca.crt` and `client.<user>.crt`/`.key`. Default: the
+    /// playground's (`$HOLDFAST_PLAYGROUND/certs`), else `~/.holdfast/certs`.
+    #[arg(long, env = "HOLDFAST_CERTS_DIR")]
+    pub certs_dir: Option<PathBuf>,
+    /// Whose client certificate to present.
+    #[arg(long, env = "HOLDFAST_USER", default_value = "root")]
+    pub user: String,
+    /// Plaintext, no certificate: only for a deployment run with --insecure.
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+impl ClientTls {
+    /// The certificates directory to use, by the order of the flag's doc.
+    fn dir(&self) -> Option<PathBuf> {
+        self.certs_dir.clone().or_else(|| std::env::var_os("HOLDFAST_PLAYGROUND").map(|d| PathBuf::from(d).join("certs"))).or_else(|| {
+            let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".holdfast/certs"))?;
+            home.is_dir().then_some(home)
+        })
+    }
+
+    /// The same settings as command-line flags, for a child process.
+    pub fn args(&self) -> Vec<String> {
+        match (&self.certs_dir, self.insecure) {
+            (_, true) => vec!["--insecure".into()],
+            (Some(d), false) => vec!["--certs-dir".into(), d.display().to_string(), "--user".into(), self.user.clone()],
+            (None, false) => vec!["--user".into(), self.user.clone()],
+        }
+    }
+
+    pub fn security(&self) -> Result<Security, String> {
+        if self.insecure {
+            return Ok(Security::Insecure);
+        }
+        let dir = self.dir().ok_or("no client certificate: pass --certs-dir (or HOLDFAST_CERTS_DIR), or --insecure for a deployment run with --insecure")?;
+        let files = CertFiles::user(&dir, &self.user);
+        Ok(Security::Tls(Arc::new(TlsMaterial::load(files)?)))
+    }
+}
+
+/// The process's transport: built once, from the first command's TLS flags.
+pub fn transport(tls: &ClientTls) -> Result<&'static Transport, String> {
     static T: OnceLock<Transport> = OnceLock::new();
-    T.get_or_init(Transport::default)
+    if let Some(t) = T.get() {
+        return Ok(t);
+    }
+    let t = Transport::new(TransportOptions::default(), tls.security()?);
+    Ok(T.get_or_init(|| t))
 }
 
 /// `a:1,b:2` as a list, each entry checked.
@@ -39,8 +89,12 @@ pub struct Remote {
 
 impl Remote {
     /// `endpoints`: comma-separated `host:port`s (names or IPs).
-    pub fn new(endpoints: &str) -> Result<Remote, String> {
-        Ok(Remote { upstream: Upstream::new(transport(), endpoint_list(endpoints)?, Hints::Anywhere) })
+    pub fn new(endpoints: &str, tls: &ClientTls) -> Result<Remote, String> {
+        Ok(Remote { upstream: Upstream::new(transport(tls)?, endpoint_list(endpoints)?, Hints::Anywhere) })
+    }
+
+    pub fn transport(&self) -> &Transport {
+        self.upstream.transport()
     }
 
     /// Calls `f` until it succeeds, fails for good, or [`RETRY_FOR`] passes; each
@@ -50,7 +104,7 @@ impl Remote {
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let per_attempt = transport().options().request_timeout();
+        let per_attempt = self.transport().options().request_timeout();
         let retry = Retry { policy: RetryPolicy::default(), give_up: tokio::time::Instant::now() + RETRY_FOR, stop: None };
         let shown = |e: &CallError, _: Duration| eprintln!("{e} — retrying");
         match self.upstream.call_retrying(|| per_attempt, retry, shown, f).await {
@@ -66,14 +120,14 @@ impl Remote {
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let budget = Budget::per_attempt(transport().options().request_timeout());
+        let budget = Budget::per_attempt(self.transport().options().request_timeout());
         self.upstream.call(budget, f).await.map(|c| c.value).map_err(|e| e.to_string())
     }
 }
 
 /// A connection to one node, now (a Raft port asked for its own metrics).
-pub async fn connect(addr: &str) -> Result<Channel, String> {
-    transport().connect(addr).await.map_err(|e| e.to_string())
+pub async fn connect(t: &Transport, addr: &str) -> Result<Channel, String> {
+    t.connect(addr).await.map_err(|e| e.to_string())
 }
 
 /// Serves `app` on a loopback port for the rest of the process (the fenced test
@@ -82,8 +136,10 @@ pub async fn connect(addr: &str) -> Result<Channel, String> {
 pub async fn serve_local(app: axum::Router) -> Result<String, String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    // A local stand-in for a resource, on loopback: plaintext, like the resource it
+    // stands in for (the ledger of docs/design.md is not part of holdfast).
     tokio::spawn(async move {
-        if let Err(e) = transport().serve_http(app, listener, std::future::pending()).await {
+        if let Err(e) = Transport::insecure().serve_http(app, listener, std::future::pending()).await {
             tracing::warn!(error = %e, "the local resource endpoint stopped");
         }
     });

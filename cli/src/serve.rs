@@ -1,9 +1,11 @@
 //! `holdfast cell run|init|status`: a cell node's lifecycle.
 
+use crate::remote::ClientTls;
 use clap::{Args, Subcommand};
 use holdfast_cell::{CellConfig, CellServer};
 use holdfast_proto::raft::v1 as rpb;
 use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
+use holdfast_rpc::Transport;
 use std::path::PathBuf;
 use tracing::{info, warn};
 
@@ -24,7 +26,28 @@ pub enum CellCmd {
     Status {
         #[arg(long, env = "HOLDFAST_RAFT_ENDPOINT")]
         raft_endpoint: String,
+        #[command(flatten)]
+        tls: ClientTls,
     },
+}
+
+/// A server's TLS flags: each overrides the same key of `[tls]` in its config file.
+#[derive(Debug, Args)]
+pub struct ServerTls {
+    /// Directory with ca.crt, node.crt and node.key (`holdfast cert create-node`).
+    #[arg(long)]
+    certs_dir: Option<PathBuf>,
+    /// Plaintext and no authentication on every port: anyone who reaches the process
+    /// can call anything. For a laptop only; logged loudly.
+    #[arg(long)]
+    insecure: bool,
+}
+
+impl ServerTls {
+    /// The config keys these flags set.
+    pub fn overrides(&self) -> [(&'static str, Option<String>); 2] {
+        [("tls.certs_dir", self.certs_dir.as_ref().map(|d| d.display().to_string())), ("tls.insecure", self.insecure.then(|| "true".to_owned()))]
+    }
 }
 
 /// The flags every Raft node takes, cell node or registry voter; each overrides the
@@ -52,6 +75,8 @@ pub struct NodeArgs {
     /// environment, flags), as JSON, and exit.
     #[arg(long)]
     print_config: bool,
+    #[command(flatten)]
+    tls: ServerTls,
 }
 
 impl NodeArgs {
@@ -68,7 +93,7 @@ impl NodeArgs {
             ("client_addr", self.client_addr.clone()),
             ("region", self.region.clone()),
         ];
-        overrides(own.into_iter().chain(more))
+        overrides(own.into_iter().chain(self.tls.overrides()).chain(more))
     }
 }
 
@@ -116,13 +141,15 @@ pub struct InitArgs {
     /// ID=RAFT_ADDR,CLIENT_ADDR, once per first voter.
     #[arg(long = "member", required = true)]
     members: Vec<String>,
+    #[command(flatten)]
+    tls: ClientTls,
 }
 
 pub async fn run(cmd: CellCmd) -> Result<(), String> {
     match cmd {
         CellCmd::Run(a) => run_node(a).await,
         CellCmd::Init(a) => init(a).await,
-        CellCmd::Status { raft_endpoint } => status(raft_endpoint).await,
+        CellCmd::Status { raft_endpoint, tls } => status(raft_endpoint, &tls).await,
     }
 }
 
@@ -167,8 +194,8 @@ pub(crate) async fn wait_for_signal() {
     }
 }
 
-pub(crate) async fn admin(endpoint: &str) -> Result<RaftAdminClient<tonic::transport::Channel>, String> {
-    Ok(RaftAdminClient::new(crate::remote::connect(endpoint).await?))
+pub(crate) async fn admin(t: &Transport, endpoint: &str) -> Result<RaftAdminClient<holdfast_rpc::Channel>, String> {
+    Ok(RaftAdminClient::new(crate::remote::connect(t, endpoint).await?))
 }
 
 async fn init(a: InitArgs) -> Result<(), String> {
@@ -179,13 +206,17 @@ async fn init(a: InitArgs) -> Result<(), String> {
         let node_id = id.parse().map_err(|_| format!("--member {m:?}: {id:?} is not a node id"))?;
         members.push(rpb::Member { node_id, raft_addr: raft.into(), client_addr: client.into() });
     }
-    admin(&a.raft_endpoint).await?.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize refused: {}", s.message()))?;
+    admin(crate::remote::transport(&a.tls)?, &a.raft_endpoint)
+        .await?
+        .initialize(rpb::InitializeRequest { members })
+        .await
+        .map_err(|s| format!("initialize refused: {}", s.message()))?;
     println!("cell initialized with {} voters", a.members.len());
     Ok(())
 }
 
-async fn status(endpoint: String) -> Result<(), String> {
-    let m = admin(&endpoint).await?.metrics(rpb::MetricsRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner();
+async fn status(endpoint: String, tls: &ClientTls) -> Result<(), String> {
+    let m = admin(crate::remote::transport(tls)?, &endpoint).await?.metrics(rpb::MetricsRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner();
     let out = serde_json::json!({
         "node_id": m.node_id,
         "state": m.server_state,

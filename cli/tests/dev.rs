@@ -6,24 +6,24 @@
 
 mod common;
 
-use common::{alive, all_pids, kill, wait_for, Dev, BIN, WAIT};
+use common::{alive, all_pids, holdfast_at, https_client, kill, wait_for, Dev, WAIT};
 use serde_json::{json, Value};
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Short enough to lapse soon after the restart.
 const FIRST_TTL_MS: u64 = 4_000;
 
-/// Runs `holdfast ARGS -o json --endpoint GRPC` and parses its answer.
-fn cli_json(grpc: &str, args: &[&str]) -> Value {
-    let out = Command::new(BIN).args(args).args(["-o", "json", "--endpoint", grpc]).output().expect("run holdfast");
+/// Runs `holdfast ARGS -o json --endpoint GRPC` against the playground in `data` and
+/// parses its answer.
+fn cli_json(data: &Path, grpc: &str, args: &[&str]) -> Value {
+    let out = holdfast_at(data).args(args).args(["-o", "json", "--endpoint", grpc]).output().expect("run holdfast");
     assert!(out.status.success(), "holdfast {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("holdfast {args:?} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 fn http(v: &Value, region: &str) -> String {
-    format!("http://{}", v["regions"][region]["gateway"]["http"].as_str().expect("gateway http address"))
+    format!("https://{}", v["regions"][region]["gateway"]["http"].as_str().expect("gateway http address"))
 }
 
 /// A call retried while the playground settles (a shard being adopted, a leader
@@ -90,11 +90,12 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     std::fs::create_dir(&data).unwrap();
     // 60 ports per start, below the ephemeral range, different per test process.
     let base = 10_000 + (std::process::id() % 300) as u16 * 64;
-    let c = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
 
     eprintln!("--- first start on {} (ports from {base})", data.display());
     let mut dev = Dev::start(&data, &["--base-port", &base.to_string()]);
     let v = dev.endpoints(&data);
+    // Every port speaks mutual TLS: the playground made a CA and root's certificate.
+    let c = https_client(&data, Duration::from_secs(30));
     assert_eq!(v["regions"].as_object().unwrap().len(), 3, "{v}");
     assert_eq!(dev.pids.len(), 15, "one process per node: {v}");
     ready(&c, &v).await;
@@ -110,26 +111,26 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
 
     eprintln!("--- the CLI against a gateway, JSON parsed");
     let grpc = v["regions"]["west"]["gateway"]["grpc"].as_str().expect("gateway grpc address").to_owned();
-    let namespaces = cli_json(&grpc, &["ns", "list"]);
+    let namespaces = cli_json(&data, &grpc, &["ns", "list"]);
     assert!(namespaces.as_array().unwrap().iter().any(|n| n["name"] == "demo"), "{namespaces}");
-    let o = cli_json(&grpc, &["shard", "owner", "demo", "default"]);
+    let o = cli_json(&data, &grpc, &["shard", "owner", "demo", "default"]);
     assert_eq!((o["cell"].as_str(), o["epoch"].as_u64()), (Some("east-1"), Some(epoch)), "{o}");
-    let d = cli_json(&grpc, &["lock", "describe", "--ns", "demo", "job-1"]);
+    let d = cli_json(&data, &grpc, &["lock", "describe", "--ns", "demo", "job-1"]);
     assert_eq!(d["holders"][0]["token"].as_str(), Some(t1.to_string().as_str()), "{d}");
-    let nodes = cli_json(&grpc, &["cluster", "status"]);
+    let nodes = cli_json(&data, &grpc, &["cluster", "status"]);
     assert_eq!(nodes.as_array().unwrap().len(), 9, "three cells of three nodes: {nodes}");
     assert!(nodes.as_array().unwrap().iter().all(|n| n["health"] == "ok" && n["group"] == "cell"), "{nodes}");
     let voter = v["regions"]["west"]["registry"]["raft"].as_str().unwrap();
-    let all = cli_json(&grpc, &["cluster", "status", "--registry-raft", voter]);
+    let all = cli_json(&data, &grpc, &["cluster", "status", "--registry-raft", voter]);
     let voters: Vec<&Value> = all.as_array().unwrap().iter().filter(|n| n["group"] == "registry").collect();
     assert_eq!((voters.len(), all.as_array().unwrap().len()), (3, 12), "three registry voters found from one: {all}");
     assert!(voters.iter().all(|n| n["health"] == "ok" && n["term"].as_u64().is_some()), "{all}");
     assert_eq!(voters.iter().filter(|n| n["state"] == "leader").count(), 1, "one registry leader: {all}");
     assert!(voters.iter().all(|n| n["leader"] == voters[0]["leader"]), "the voters agree on the leader: {all}");
-    let regions = cli_json(&grpc, &["region", "list"]);
+    let regions = cli_json(&data, &grpc, &["region", "list"]);
     assert_eq!(regions.as_array().unwrap().len(), 3, "{regions}");
     eprintln!("--- wrong arguments: a one-line error and a non-zero exit");
-    let bad = Command::new(BIN).args(["lock", "acquire", "--ns", "nope", "x", "--endpoint", &grpc]).output().unwrap();
+    let bad = holdfast_at(&data).args(["lock", "acquire", "--ns", "nope", "x", "--endpoint", &grpc]).output().unwrap();
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.trim().lines().count() == 1 && err.contains("UNKNOWN_NAMESPACE"), "{err}");
@@ -151,7 +152,7 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     loop {
         // The supervisor waits for its RaftAdmin before rewriting endpoints.json; here
         // it also rejoins its cell.
-        let nodes = cli_json(&grpc, &["cluster", "status"]);
+        let nodes = cli_json(&data, &grpc, &["cluster", "status"]);
         let n2 = nodes.as_array().unwrap().iter().find(|n| n["cell"] == "west-1" && n["node"] == 2).cloned().unwrap();
         if n2["health"] == "ok" && n2["leader"].as_u64().is_some() {
             break;

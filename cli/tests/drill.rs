@@ -35,8 +35,9 @@ fn violations(r: &Value, kind: &str) -> usize {
 }
 
 /// Every shard the registry knows, with its owner: (ns/shard, cell, state).
-fn owners(gw: &str) -> Vec<(String, String, String)> {
-    let v: Value = serde_json::from_str(&ok(&["shard", "list", "-o", "json", "--endpoint", gw])).expect("shard list json");
+fn owners(pg: &str, gw: &str) -> Vec<(String, String, String)> {
+    let certs = format!("{pg}/certs");
+    let v: Value = serde_json::from_str(&ok(&["shard", "list", "-o", "json", "--endpoint", gw, "--certs-dir", &certs])).expect("shard list json");
     v.as_array()
         .unwrap()
         .iter()
@@ -51,8 +52,8 @@ fn owners(gw: &str) -> Vec<(String, String, String)> {
 }
 
 /// Exactly one owner per shard, none mid-move.
-fn one_owner_each(gw: &str) {
-    let o = owners(gw);
+fn one_owner_each(pg: &str, gw: &str) {
+    let o = owners(pg, gw);
     let mut names: Vec<&String> = o.iter().map(|(n, _, _)| n).collect();
     names.sort();
     names.dedup();
@@ -102,8 +103,8 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     assert!(std::fs::read_to_string(out.join("report.svg")).unwrap().starts_with("<svg"));
     let history = std::fs::read_to_string(out.join("history.jsonl")).unwrap();
     assert!(history.lines().filter(|l| l.contains("\"write_accepted\"")).count() > 20, "a steady workload wrote to the fenced resource");
-    one_owner_each(&gw);
-    assert!(owners(&gw).iter().any(|(n, c, _)| n == "drill/s0" && c == "east-1"), "rolled back home");
+    one_owner_each(d, &gw);
+    assert!(owners(d, &gw).iter().any(|(n, c, _)| n == "drill/s0" && c == "east-1"), "rolled back home");
 
     // The partition drill: a region cut off (packets dropped), its shards failed over
     // unplanned, a cell leader killed; healed, restarted, brought home.
@@ -115,7 +116,7 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     assert_eq!(r["violations"].as_array().unwrap().len(), 0, "{r}");
     let faults: Vec<&str> = r["faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
     assert!(faults.contains(&"partition_region") && faults.contains(&"kill_cell_leader"), "{faults:?}");
-    one_owner_each(&gw);
+    one_owner_each(d, &gw);
 
     // Real processes stopped and killed: a holder SIGSTOPped past its TTL writes late
     // and is refused, a leader SIGSTOPped past its election timeout, a region killed.
@@ -130,7 +131,7 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     for f in ["pause_holder", "pause_leader", "kill_region"] {
         assert!(faults.contains(&f), "{f} missing from {faults:?}");
     }
-    one_owner_each(&gw);
+    one_owner_each(d, &gw);
 
     // An evacuation killed half-way: one owner each; a rerun resumes and completes.
     let state = tmp.path().join("evac-state");
@@ -140,13 +141,13 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     kill("KILL", driver.id());
     let _ = driver.wait();
     assert!(progress(&state).contains("\"executing\""), "killed mid-way: {}", progress(&state));
-    wait_for(Duration::from_secs(30), "every shard settled on one owner", || owners(&gw).iter().all(|(_, _, st)| st == "active"));
-    one_owner_each(&gw);
+    wait_for(Duration::from_secs(30), "every shard settled on one owner", || owners(d, &gw).iter().all(|(_, _, st)| st == "active"));
+    one_owner_each(d, &gw);
     let stdout = ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--state-dir", s]);
     assert!(stdout.contains("resuming"), "{stdout}");
-    assert!(owners(&gw).iter().all(|(_, c, _)| !c.starts_with("east")), "east is empty: {:?}", owners(&gw));
+    assert!(owners(d, &gw).iter().all(|(_, c, _)| !c.starts_with("east")), "east is empty: {:?}", owners(d, &gw));
     ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--rollback", "--state-dir", s]);
-    one_owner_each(&gw);
+    one_owner_each(d, &gw);
 
     // An evacuation aborted from another terminal: settles with one owner each; a
     // rerun completes; roll back.
@@ -158,10 +159,10 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     let status = driver.wait().unwrap();
     assert!(!status.success(), "an aborted evacuation does not report success");
     assert!(progress(&state).contains("\"aborted\""), "{}", progress(&state));
-    one_owner_each(&gw);
+    one_owner_each(d, &gw);
     ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--state-dir", s]);
     ok(&["drill", "evacuate", "--data-dir", d, "--region", "east", "--rollback", "--state-dir", s]);
-    one_owner_each(&gw);
+    one_owner_each(d, &gw);
 
     // Planted: the resource's token check switched off. The same drill must go red.
     let out = tmp.path().join("planted");

@@ -52,19 +52,23 @@ fn servers_ignore_the_command_lines_variables() {
     let elsewhere = dir.path().join("not-the-data-dir");
 
     let cell = dir.path().join("cell.toml");
-    std::fs::write(&cell, format!("node_id = 1\ndata_dir = \"{}\"\nregistry_endpoints = \"127.0.0.1:7200\"\n", dir.path().join("cell-1").display())).unwrap();
+    std::fs::write(
+        &cell,
+        format!("node_id = 1\ndata_dir = \"{}\"\nregistry_endpoints = \"127.0.0.1:7200\"\n[tls]\ninsecure = true\n", dir.path().join("cell-1").display()),
+    )
+    .unwrap();
     let printed = same_with_and_without(&["cell", "run", "--config", cell.to_str().unwrap(), "--print-config"], &elsewhere);
     let v: serde_json::Value = serde_json::from_str(&printed).unwrap();
     assert_eq!(v["data_dir"], dir.path().join("cell-1").display().to_string(), "the file's data_dir stands");
 
     let gateway = dir.path().join("gateway.toml");
-    std::fs::write(&gateway, "region = \"east\"\nregistry_endpoints = \"registry-1.east.example:7200,127.0.0.1:7210\"\n").unwrap();
+    std::fs::write(&gateway, "region = \"east\"\nregistry_endpoints = \"registry-1.east.example:7200,127.0.0.1:7210\"\n[tls]\ninsecure = true\n").unwrap();
     let printed = same_with_and_without(&["gateway", "run", "--config", gateway.to_str().unwrap(), "--print-config"], &elsewhere);
     let v: serde_json::Value = serde_json::from_str(&printed).unwrap();
     assert_eq!(v["region"], "east");
 
     let registry = dir.path().join("registry.toml");
-    std::fs::write(&registry, format!("node_id = 2\ndata_dir = \"{}\"\n", dir.path().join("registry-2").display())).unwrap();
+    std::fs::write(&registry, format!("node_id = 2\ndata_dir = \"{}\"\n[tls]\ninsecure = true\n", dir.path().join("registry-2").display())).unwrap();
     same_with_and_without(&["registry", "run", "--config", registry.to_str().unwrap(), "--print-config"], &elsewhere);
 
     // A server setting in the environment still counts: only the CLI's own are skipped.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{alive, kill, root, wait_for, Dev, BIN, WAIT};
+use common::{alive, https_client, kill, root, wait_for, Dev, BIN, WAIT};
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -54,9 +54,9 @@ async fn post(c: &reqwest::Client, url: &str, body: Value) -> Value {
 
 /// A session and `name` through the gateway at `http`; returns the token.
 async fn lock(c: &reqwest::Client, http: &str, name: &str) -> u64 {
-    let s = post(c, &format!("http://{http}/v1/sessions"), json!({ "ns": "demo", "ttl_ms": 30_000 })).await;
+    let s = post(c, &format!("https://{http}/v1/sessions"), json!({ "ns": "demo", "ttl_ms": 30_000 })).await;
     let session = s["session"].as_str().expect("session handle");
-    let r = post(c, &format!("http://{http}/v1/locks/demo/default/{name}/acquire"), json!({ "session": session, "request_id": name })).await;
+    let r = post(c, &format!("https://{http}/v1/locks/demo/default/{name}/acquire"), json!({ "session": session, "request_id": name })).await;
     r["token"].as_str().expect("token string").parse().expect("decimal token")
 }
 
@@ -77,7 +77,6 @@ async fn netns_playground_cuts_a_region_off_heals_it_and_leaves_nothing_behind()
     // and the subnet, so keep it apart from the other tests' (10000..31900).
     let base = 40_000 + (std::process::id() % 300) as u16 * 64;
     let prefix = format!("hf{base}");
-    let c = reqwest::Client::builder().timeout(Duration::from_secs(10)).pool_max_idle_per_host(0).build().unwrap();
 
     eprintln!("--- a directory made without --netns refuses it");
     let plain = root_dir.path().join("plain");
@@ -90,6 +89,7 @@ async fn netns_playground_cuts_a_region_off_heals_it_and_leaves_nothing_behind()
     eprintln!("--- start with --netns (base port {base})");
     let mut dev = Dev::start(&data, &["--netns", "--base-port", &base.to_string()]);
     let v = dev.endpoints(&data);
+    let c = https_client(&data, Duration::from_secs(10));
     let n = &v["netns"];
     assert_eq!(n["bridge"], format!("{prefix}br"), "{n}");
     let listed = run("ip", &["netns", "list"]);
@@ -127,12 +127,12 @@ async fn netns_playground_cuts_a_region_off_heals_it_and_leaves_nothing_behind()
     assert_eq!(last, "timed out");
     let t2 = lock(&c, &http("west"), "job-2").await;
     assert!(t2 > t1, "{t2} after {t1}");
-    let d = c.get(format!("http://{}/v1/locks/demo/default/job-1", http("east"))).send().await.unwrap();
+    let d = c.get(format!("https://{}/v1/locks/demo/default/job-1", http("east"))).send().await.unwrap();
     assert!(d.status().is_success(), "{}", d.status());
 
     eprintln!("--- heal: the south gateway answers again");
     bridge_port(&south_port, "3");
-    let readyz = format!("http://{}/readyz", http("south"));
+    let readyz = format!("https://{}/readyz", http("south"));
     let end = Instant::now() + WAIT;
     while !c.get(&readyz).send().await.is_ok_and(|r| r.status().is_success()) {
         assert!(Instant::now() < end, "{readyz} not ready after the heal");

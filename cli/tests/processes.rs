@@ -56,6 +56,8 @@ impl ProcCell {
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("node-{id}")))
                 .args(["--raft-addr", "127.0.0.1:0", "--client-addr", "127.0.0.1:0"])
+                // These tests are about processes and clocks, not certificates.
+                .arg("--insecure")
                 // 2 cores, 3 processes: the timings of docs/development.md.
                 .env("HOLDFAST_HEARTBEAT_MS", "100")
                 .env("HOLDFAST_ELECTION_MIN_MS", "1000")
@@ -78,7 +80,7 @@ impl ProcCell {
         }
         let cell = ProcCell { nodes, _dir: dir };
         let mut init = Command::new(BIN);
-        init.args(["cell", "init", "--raft-endpoint", &cell.nodes[0].raft]);
+        init.args(["cell", "init", "--insecure", "--raft-endpoint", &cell.nodes[0].raft]);
         for n in &cell.nodes {
             init.args(["--member", &format!("{}={},{}", n.id, n.raft, n.client)]);
         }
@@ -92,7 +94,7 @@ impl ProcCell {
     fn cli_until_ok(&self, endpoint: &str, args: &[&str]) {
         let deadline = Instant::now() + WAIT;
         loop {
-            let out = Command::new(BIN).args(args).env("HOLDFAST_ENDPOINT", endpoint).output().unwrap();
+            let out = Command::new(BIN).args(args).arg("--insecure").env("HOLDFAST_ENDPOINT", endpoint).output().unwrap();
             if out.status.success() {
                 return;
             }
@@ -102,7 +104,7 @@ impl ProcCell {
     }
 
     async fn metrics(&self, n: &Node) -> Option<rpb::MetricsResponse> {
-        let ch = holdfast_rpc::Transport::default().connect(&n.raft).await.ok()?;
+        let ch = holdfast_rpc::Transport::insecure().connect(&n.raft).await.ok()?;
         let mut admin = RaftAdminClient::new(ch);
         tokio::time::timeout(Duration::from_millis(500), admin.metrics(rpb::MetricsRequest {})).await.ok()?.ok().map(|r| r.into_inner())
     }
@@ -137,7 +139,7 @@ impl ProcCell {
     }
 
     async fn client(&self, id: u64) -> LockServiceClient<Channel> {
-        LockServiceClient::new(holdfast_rpc::Transport::default().connect(&self.node(id).client).await.unwrap())
+        LockServiceClient::new(holdfast_rpc::Transport::insecure().connect(&self.node(id).client).await.unwrap())
     }
 
     fn signal(&self, id: u64, sig: &str) {

@@ -54,7 +54,7 @@ impl Client {
 
     /// [`Client::connect`] with explicit settings.
     pub async fn connect_with<S: AsRef<str>>(endpoints: &[S], config: ClientConfig) -> Result<Client, Error> {
-        Client::connect_via(&Transport::default(), endpoints, config).await
+        Client::connect_via(&Transport::insecure(), endpoints, config).await
     }
 
     /// [`Client::connect_with`] over `transport` (its connection pool, limits and,

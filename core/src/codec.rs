@@ -27,6 +27,14 @@ pub fn encode_versioned<T: Serialize>(magic: &[u8; 4], version: u16, v: &T) -> V
     out
 }
 
+/// The format version of a record with `magic` (for a reader of several versions).
+pub fn version_of(magic: &[u8; 4], what: &'static str, bytes: &[u8]) -> Result<u16, CodecError> {
+    if bytes.len() < 6 || &bytes[..4] != magic {
+        return Err(CodecError::BadMagic { what });
+    }
+    Ok(u16::from_le_bytes([bytes[4], bytes[5]]))
+}
+
 /// Reads what [`encode_versioned`] wrote with the same `magic` and `version`. `what`
 /// names the record in errors ("cell snapshot").
 pub fn decode_versioned<T: DeserializeOwned>(magic: &[u8; 4], version: u16, what: &'static str, bytes: &[u8]) -> Result<T, CodecError> {

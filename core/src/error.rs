@@ -18,6 +18,7 @@ pub enum GrpcCode {
     FailedPrecondition = 9,
     Aborted = 10,
     Unavailable = 14,
+    Unauthenticated = 16,
 }
 
 /// Every error a client of holdfast can see. The string form is stable and is what
@@ -53,12 +54,16 @@ pub enum ErrorCode {
     NotOwner,
     /// No quorum, cell unreachable, or shutting down.
     Unavailable,
+    /// The caller is known, and may not make this call.
     PermissionDenied,
+    /// The caller could not be identified: no client certificate and no bearer
+    /// token, or a token that is unknown or revoked.
+    Unauthenticated,
 }
 
 impl ErrorCode {
     /// Every code, for tests and docs.
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::NotLeader,
         ErrorCode::LockHeld,
         ErrorCode::Timeout,
@@ -75,6 +80,7 @@ impl ErrorCode {
         ErrorCode::NotOwner,
         ErrorCode::Unavailable,
         ErrorCode::PermissionDenied,
+        ErrorCode::Unauthenticated,
     ];
 
     /// The stable string code.
@@ -96,6 +102,7 @@ impl ErrorCode {
             ErrorCode::NotOwner => "NOT_OWNER",
             ErrorCode::Unavailable => "UNAVAILABLE",
             ErrorCode::PermissionDenied => "PERMISSION_DENIED",
+            ErrorCode::Unauthenticated => "UNAUTHENTICATED",
         }
     }
 
@@ -121,6 +128,7 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => GrpcCode::InvalidArgument,
             ErrorCode::QuotaExceeded | ErrorCode::RateLimited => GrpcCode::ResourceExhausted,
             ErrorCode::PermissionDenied => GrpcCode::PermissionDenied,
+            ErrorCode::Unauthenticated => GrpcCode::Unauthenticated,
         }
     }
 
@@ -134,6 +142,7 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => 400,
             ErrorCode::QuotaExceeded | ErrorCode::RateLimited => 429,
             ErrorCode::PermissionDenied => 403,
+            ErrorCode::Unauthenticated => 401,
         }
     }
 }

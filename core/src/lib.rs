@@ -2,13 +2,14 @@
 //!
 //! What lives here: id newtypes ([`SessionId`], [`Epoch`], [`FencingToken`], names),
 //! the enums shared by every layer ([`Mode`], [`EndReason`], [`Intent`], [`Posture`]),
-//! the namespace configuration with its validation, the one table of stable
+//! the namespace configuration with its validation, roles and grants ([`Role`], [`Grant`]), the one table of stable
 //! error codes with their gRPC and HTTP mappings ([`ErrorCode`]), and the versioned
 //! framing of persisted records ([`codec`]: magic, version, bincode).
 //!
 //! What does not: anything that does I/O, reads a clock, or knows tokio, tonic,
 //! openraft or RocksDB. Every other crate depends on this one, so it stays small.
 
+mod access;
 pub mod codec;
 mod error;
 mod ids;
@@ -18,6 +19,7 @@ mod namespace;
 mod token;
 mod words;
 
+pub use access::{valid_principal_name, Grant, Role, MAX_PRINCIPAL_NAME_BYTES};
 pub use error::{ErrorCode, GrpcCode};
 pub use ids::{NodeId, Revision, SessionId};
 pub use names::{
@@ -85,4 +87,5 @@ impl std::fmt::Display for EndReason {
 /// server setting (`HOLDFAST_<KEY>`), so exporting one never changes a server's
 /// configuration; the command line's tests check that this list is exactly the
 /// variables its flags read.
-pub const CLI_ONLY_ENV: &[&str] = &["HOLDFAST_ENDPOINT", "HOLDFAST_RAFT_ENDPOINT", "HOLDFAST_REGISTRY_RAFT", "HOLDFAST_PLAYGROUND"];
+pub const CLI_ONLY_ENV: &[&str] =
+    &["HOLDFAST_ENDPOINT", "HOLDFAST_RAFT_ENDPOINT", "HOLDFAST_REGISTRY_RAFT", "HOLDFAST_PLAYGROUND", "HOLDFAST_CERTS_DIR", "HOLDFAST_USER"];

@@ -79,6 +79,14 @@ pub mod bounds {
     pub const TTL_CEILING_MS: u64 = 24 * 3600 * 1000;
     /// Longest lock-delay: beyond this a broken lock is effectively lost.
     pub const LOCK_DELAY_CEILING_MS: u64 = 5 * 60 * 1000;
+    /// The largest quotas a namespace may set: a cell holds every lock, session and
+    /// waiter in memory, so no setting may ask it for more than it can keep.
+    pub const MAX_KEYS_CEILING: u32 = 1_000_000;
+    pub const MAX_SESSIONS_CEILING: u32 = 1_000_000;
+    pub const MAX_WAITERS_PER_LOCK_CEILING: u32 = 100_000;
+    pub const ACQUIRES_PER_SECOND_CEILING: u32 = 1_000_000;
+    /// Longest owner (team) name, bytes.
+    pub const OWNER_MAX_BYTES: usize = 128;
 }
 
 /// A namespace config that does not hold together. Maps to `INVALID_ARGUMENT`.
@@ -92,12 +100,16 @@ pub enum ConfigError {
     MaxHoldTooShort { max_hold: u64, ttl_min: u64 },
     #[error("quota {field} must be at least 1")]
     ZeroQuota { field: &'static str },
+    #[error("quota {field} is {value}; at most {max}")]
+    QuotaTooLarge { field: &'static str, value: u32, max: u32 },
     #[error("max_value_bytes {0} exceeds the hard cap of {MAX_VALUE_BYTES}")]
     ValueCapTooLarge(u32),
     #[error("a correctness namespace must be fail-closed: running unlocked corrupts data")]
     CorrectnessFailOpen,
     #[error("owner must not be empty")]
     NoOwner,
+    #[error("owner is {0} bytes; at most {max}", max = bounds::OWNER_MAX_BYTES)]
+    OwnerTooLong(usize),
 }
 
 impl NamespaceConfig {
@@ -128,6 +140,9 @@ impl NamespaceConfig {
         if self.owner.trim().is_empty() {
             return Err(ConfigError::NoOwner);
         }
+        if self.owner.len() > OWNER_MAX_BYTES {
+            return Err(ConfigError::OwnerTooLong(self.owner.len()));
+        }
         for (field, value) in [("ttl_min_ms", self.ttl_min_ms), ("ttl_max_ms", self.ttl_max_ms)] {
             if !(TTL_FLOOR_MS..=TTL_CEILING_MS).contains(&value) {
                 return Err(ConfigError::OutOfRange { field, value, lo: TTL_FLOOR_MS, hi: TTL_CEILING_MS });
@@ -154,6 +169,16 @@ impl NamespaceConfig {
         ] {
             if v == 0 {
                 return Err(ConfigError::ZeroQuota { field });
+            }
+        }
+        for (field, value, max) in [
+            ("max_keys", q.max_keys, MAX_KEYS_CEILING),
+            ("max_sessions", q.max_sessions, MAX_SESSIONS_CEILING),
+            ("max_waiters_per_lock", q.max_waiters_per_lock, MAX_WAITERS_PER_LOCK_CEILING),
+            ("acquires_per_second", q.acquires_per_second, ACQUIRES_PER_SECOND_CEILING),
+        ] {
+            if value > max {
+                return Err(ConfigError::QuotaTooLarge { field, value, max });
             }
         }
         if q.max_value_bytes as usize > MAX_VALUE_BYTES {
@@ -204,6 +229,12 @@ mod tests {
         let mut c = ns();
         c.quotas.max_value_bytes = 4096;
         assert_eq!(c.validate(), Err(ConfigError::ValueCapTooLarge(4096)));
+        let mut c = ns();
+        c.quotas.max_waiters_per_lock = u32::MAX;
+        assert_eq!(c.validate(), Err(ConfigError::QuotaTooLarge { field: "max_waiters_per_lock", value: u32::MAX, max: 100_000 }));
+        let mut c = ns();
+        c.owner = "t".repeat(129);
+        assert_eq!(c.validate(), Err(ConfigError::OwnerTooLong(129)));
         let mut c = ns();
         c.posture = Posture::FailOpen;
         assert_eq!(c.validate(), Err(ConfigError::CorrectnessFailOpen));

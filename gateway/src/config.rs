@@ -22,6 +22,11 @@ pub struct GatewayConfig {
     /// limits) of both ports and of every call to cells and the registry.
     #[serde(default)]
     pub transport: holdfast_rpc::TransportOptions,
+    /// Mutual TLS (`[tls]`: `certs_dir` with ca.crt, node.crt, node.key) on both ports
+    /// and to cells and the registry; plaintext only with `insecure = true`
+    /// (`--insecure`).
+    #[serde(default)]
+    pub tls: holdfast_rpc::TlsOptions,
 }
 
 pub use holdfast_settings::ConfigError;
@@ -58,6 +63,7 @@ impl GatewayConfig {
             holdfast_rpc::host_port(&e).map_err(|e| ConfigError::Invalid(format!("registry_endpoints: {e}")))?;
         }
         self.transport.validate().map_err(ConfigError::Invalid)?;
+        self.tls.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }

@@ -1,14 +1,16 @@
 //! What the gateway does with each call, once, for both fronts (gRPC in `grpc.rs`,
-//! HTTP/JSON in `http.rs`): validate the shard, apply the namespace's rate limit,
+//! HTTP/JSON in `http.rs`): check the caller's role (`access.rs`; every method
+//! states what it needs), validate the shard, apply the namespace's rate limit,
 //! route to the shard's cell, and apply the namespace's posture when the cell cannot
 //! be reached. Every method takes the call's [`CallContext`] — who calls, until when,
 //! in which trace — and passes it on to the cell or the registry.
 
+use crate::access::{Access, Need};
 use crate::limits::Limits;
 use crate::placement::Placement;
 use crate::route::{at_owner, on_shard};
 use holdfast_core::metric_names as m;
-use holdfast_core::{ErrorCode, NamespaceConfig, Posture, ShardKey};
+use holdfast_core::{ErrorCode, NamespaceConfig, Posture, Role, ShardKey};
 use holdfast_proto::convert::shard_key;
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
@@ -31,6 +33,7 @@ const WAIT_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub struct Gateway {
     pub placement: Arc<Placement>,
+    access: Arc<Access>,
     limits: Arc<Limits>,
     tasks: Tasks,
     /// Default bound of one upstream attempt.
@@ -48,8 +51,15 @@ pub fn shard_of(r: &Option<pb::ShardRef>) -> Result<ShardKey, Status> {
 }
 
 impl Gateway {
-    pub fn new(placement: Arc<Placement>, tasks: Tasks, timeout: Duration) -> Gateway {
-        Gateway { placement, limits: Arc::new(Limits::default()), tasks, timeout }
+    pub fn new(placement: Arc<Placement>, access: Arc<Access>, tasks: Tasks, timeout: Duration) -> Gateway {
+        Gateway { placement, access, limits: Arc::new(Limits::default()), tasks, timeout }
+    }
+
+    /// The caller of `ctx` checked for `role` in the namespace of `shard`: the context
+    /// to go on with, which names the caller.
+    fn authorize(&self, ctx: &CallContext, role: Role, shard: &Option<pb::ShardRef>) -> Result<CallContext, Status> {
+        let key = shard_of(shard)?;
+        self.access.authorize(ctx, &Need::In(role, key.ns))
     }
 
     fn budget(&self, ctx: &CallContext) -> Budget {
@@ -105,6 +115,7 @@ impl Gateway {
     }
 
     pub async fn create_session(&self, ctx: &CallContext, req: pb::CreateSessionRequest) -> Result<pb::CreateSessionResponse, Status> {
+        let ctx = &self.authorize(ctx, Role::Holder, &req.shard)?;
         self.known_namespace(&shard_of(&req.shard)?).await?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.create_session(r).await }).await
     }
@@ -121,6 +132,7 @@ impl Gateway {
     ) -> Result<Streaming<pb::KeepAliveResponse>, Status> {
         let key =
             shard_of(&first.shard).map_err(|_| status(ErrorCode::InvalidArgument, "through a gateway, the first KeepAlive message must name its shard"))?;
+        let ctx = &self.access.authorize(ctx, &Need::In(Role::Holder, key.ns.clone()))?;
         // The sender of the attempt that got through: the rest is forwarded into it.
         let accepted: Mutex<Option<mpsc::Sender<pb::KeepAliveRequest>>> = Mutex::new(None);
         let stream = at_owner(&self.placement, &key, self.budget(ctx), |ch, _| {
@@ -161,12 +173,14 @@ impl Gateway {
         if req.shard.is_none() {
             return Err(invalid("through a gateway, CloseSession must name its shard".into()));
         }
+        let ctx = &self.authorize(ctx, Role::Holder, &req.shard)?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.close_session(r).await }).await
     }
 
     /// Acquire: rate limit, `MOVING` while the shard drains, route, and the posture
     /// when the cell cannot be reached.
     pub async fn acquire(&self, ctx: &CallContext, req: pb::AcquireRequest) -> Result<pb::AcquireResponse, Status> {
+        let ctx = &self.authorize(ctx, Role::Holder, &req.shard)?;
         let key = shard_of(&req.shard)?;
         let config = self.known_namespace(&key).await?;
         if !self.limits.admit(&key.ns, config.quotas.acquires_per_second, Instant::now()) {
@@ -197,41 +211,50 @@ impl Gateway {
     }
 
     pub async fn release(&self, ctx: &CallContext, req: pb::ReleaseRequest) -> Result<pb::ReleaseResponse, Status> {
+        let ctx = &self.authorize(ctx, Role::Holder, &req.shard)?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.release(r).await }).await
     }
 
     pub async fn describe(&self, ctx: &CallContext, req: pb::DescribeRequest) -> Result<pb::DescribeResponse, Status> {
+        let ctx = &self.authorize(ctx, Role::Reader, &req.shard)?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.describe(r).await }).await
     }
 
     pub async fn list(&self, ctx: &CallContext, req: pb::ListRequest) -> Result<pb::ListResponse, Status> {
+        let ctx = &self.authorize(ctx, Role::Reader, &req.shard)?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.list(r).await }).await
     }
 
     pub async fn list_sessions(&self, ctx: &CallContext, req: pb::ListSessionsRequest) -> Result<pb::ListSessionsResponse, Status> {
+        let ctx = &self.authorize(ctx, Role::Reader, &req.shard)?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.list_sessions(r).await }).await
     }
 
     pub async fn check_token(&self, ctx: &CallContext, req: pb::CheckTokenRequest) -> Result<pb::CheckTokenResponse, Status> {
+        let ctx = &self.authorize(ctx, Role::Reader, &req.shard)?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.check_token(r).await }).await
     }
 
     /// BreakLock; the caller's identity travels with the context for the audit record.
     pub async fn break_lock(&self, ctx: &CallContext, req: pb::BreakLockRequest) -> Result<pb::BreakLockResponse, Status> {
+        let ctx = &self.authorize(ctx, Role::Admin, &req.shard)?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.break_lock(r).await }).await
     }
 
     pub async fn watch(&self, ctx: &CallContext, req: pb::WatchRequest) -> Result<Streaming<pb::WatchResponse>, Status> {
+        let ctx = &self.authorize(ctx, Role::Reader, &req.shard)?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.watch(r).await }).await
     }
 
-    /// Calls the registry (any member, following its leader) with `req`.
-    pub async fn registry<Req, T, F, Fut>(&self, ctx: &CallContext, req: Req, f: F) -> Result<T, Status>
+    /// Calls the registry (any member, following its leader) with `req`, for a caller
+    /// with what the call `need`s.
+    pub async fn registry<Req, T, F, Fut>(&self, ctx: &CallContext, need: Need, req: Req, f: F) -> Result<T, Status>
     where
         Req: Clone,
         F: Fn(RegistryServiceClient<Channel>, tonic::Request<Req>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
     {
+        let ctx = &self.access.authorize(ctx, &need)?;
         self.placement
             .registry()
             .call(self.budget(ctx), |ch| f(RegistryServiceClient::new(ch), ctx.request(req.clone())))
@@ -242,6 +265,6 @@ impl Gateway {
 
     pub async fn get_owner(&self, ctx: &CallContext, key: &ShardKey) -> Result<rpb::GetOwnerResponse, Status> {
         let req = rpb::GetOwnerRequest { ns: key.ns.to_string(), shard: key.shard.to_string() };
-        self.registry(ctx, req, |mut c, r| async move { c.get_owner(r).await }).await
+        self.registry(ctx, Need::In(Role::Reader, key.ns.clone()), req, |mut c, r| async move { c.get_owner(r).await }).await
     }
 }

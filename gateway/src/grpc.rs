@@ -1,9 +1,11 @@
 //! The gRPC front: LockService and RegistryService for clients, each call handed to
-//! [`Gateway`]. The registry's cell-facing calls (RenewOwnership, ReportSealed) are not
-//! served here: only cells make them, directly.
+//! [`Gateway`] with what it needs (docs/security.md). The registry's node-only calls
+//! (RenewOwnership, ReportSealed, AppendAudit) are not served here: only nodes make
+//! them, directly.
 
+use crate::access::Need;
 use crate::gateway::Gateway;
-use holdfast_core::ErrorCode;
+use holdfast_core::{ErrorCode, Role};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_server::LockService;
 use holdfast_proto::registry::v1 as rpb;
@@ -87,15 +89,6 @@ impl LockService for LockFront {
 
     async fn break_lock(&self, r: Request<pb::BreakLockRequest>) -> Result<Response<pb::BreakLockResponse>, Status> {
         let (ctx, r) = split(r);
-        // Without a claimed identity, the audit names the connection the break came
-        // from, here, rather than the gateway's own at the cell.
-        let ctx = match ctx.claimed_identity {
-            Some(_) => ctx,
-            None => {
-                let who = format!("{} via gateway", ctx.identity());
-                ctx.acting_for(who)
-            }
-        };
         self.0.break_lock(&ctx, r).await.map(Response::new)
     }
 }
@@ -103,17 +96,29 @@ impl LockService for LockFront {
 #[derive(Debug, Clone)]
 pub struct RegistryFront(pub Gateway);
 
+/// What a registry call that names a namespace needs in it; an empty name (a listing
+/// of every namespace) needs `operator`.
+fn in_ns(role: Role, ns: &str) -> Result<Need, Status> {
+    if ns.is_empty() {
+        Ok(Need::Operator)
+    } else {
+        Need::ns(role, ns)
+    }
+}
+
 /// The RegistryService impl: every listed unary call forwarded to the registry's
-/// leader, plus the watch and the two cell-only calls. (One macro for the whole impl:
+/// leader for a caller with what it needs (each entry's last part), plus the watch;
+/// the calls only nodes make are refused. (One macro for the whole impl:
 /// `async_trait` must see the methods already expanded.)
 macro_rules! registry_front {
-    ($(($name:ident, $req:ty, $resp:ty)),* $(,)?) => {
+    ($(($name:ident, $req:ty, $resp:ty, |$r:ident| $need:expr)),* $(,)?) => {
         #[tonic::async_trait]
         impl RegistryService for RegistryFront {
             $(
                 async fn $name(&self, r: Request<$req>) -> Result<Response<$resp>, Status> {
                     let (ctx, req) = split(r);
-                    self.0.registry(&ctx, req, |mut c, r| async move { c.$name(r).await }).await.map(Response::new)
+                    let need = { let $r = &req; $need }?;
+                    self.0.registry(&ctx, need, req, |mut c, r| async move { c.$name(r).await }).await.map(Response::new)
                 }
             )*
 
@@ -121,34 +126,50 @@ macro_rules! registry_front {
 
             async fn watch_ownership(&self, r: Request<rpb::WatchOwnershipRequest>) -> Result<Response<Self::WatchOwnershipStream>, Status> {
                 let (ctx, req) = split(r);
-                let s = self.0.registry(&ctx, req, |mut c, r| async move { c.watch_ownership(r).await }).await?;
+                let s = self.0.registry(&ctx, Need::Operator, req, |mut c, r| async move { c.watch_ownership(r).await }).await?;
                 Ok(Response::new(Box::pin(s)))
             }
 
             async fn renew_ownership(&self, _: Request<rpb::RenewOwnershipRequest>) -> Result<Response<rpb::RenewOwnershipResponse>, Status> {
-                Err(status(ErrorCode::PermissionDenied, "RenewOwnership is for cells, which call the registry directly"))
+                Err(nodes_only("RenewOwnership"))
             }
 
             async fn report_sealed(&self, _: Request<rpb::ReportSealedRequest>) -> Result<Response<rpb::ReportSealedResponse>, Status> {
-                Err(status(ErrorCode::PermissionDenied, "ReportSealed is for cells, which call the registry directly"))
+                Err(nodes_only("ReportSealed"))
+            }
+
+            async fn append_audit(&self, _: Request<rpb::AppendAuditRequest>) -> Result<Response<rpb::AppendAuditResponse>, Status> {
+                Err(nodes_only("AppendAudit"))
             }
         }
     };
 }
 
+fn nodes_only(call: &str) -> Status {
+    status(ErrorCode::PermissionDenied, format!("{call} is for holdfast nodes, which call the registry directly"))
+}
+
+const OPERATOR: Result<Need, Status> = Ok(Need::Operator);
+
 registry_front!(
-    (create_region, rpb::CreateRegionRequest, rpb::CreateRegionResponse),
-    (set_region_state, rpb::SetRegionStateRequest, rpb::SetRegionStateResponse),
-    (register_cell, rpb::RegisterCellRequest, rpb::RegisterCellResponse),
-    (list_regions, rpb::ListRegionsRequest, rpb::ListRegionsResponse),
-    (list_cells, rpb::ListCellsRequest, rpb::ListCellsResponse),
-    (create_namespace, rpb::CreateNamespaceRequest, rpb::CreateNamespaceResponse),
-    (update_namespace, rpb::UpdateNamespaceRequest, rpb::UpdateNamespaceResponse),
-    (get_namespace, rpb::GetNamespaceRequest, rpb::GetNamespaceResponse),
-    (list_namespaces, rpb::ListNamespacesRequest, rpb::ListNamespacesResponse),
-    (place_shard, rpb::PlaceShardRequest, rpb::PlaceShardResponse),
-    (get_owner, rpb::GetOwnerRequest, rpb::GetOwnerResponse),
-    (list_shards, rpb::ListShardsRequest, rpb::ListShardsResponse),
-    (move_shard, rpb::MoveShardRequest, rpb::MoveShardResponse),
-    (abort_move, rpb::AbortMoveRequest, rpb::AbortMoveResponse),
+    (create_region, rpb::CreateRegionRequest, rpb::CreateRegionResponse, |_r| OPERATOR),
+    (set_region_state, rpb::SetRegionStateRequest, rpb::SetRegionStateResponse, |_r| OPERATOR),
+    (register_cell, rpb::RegisterCellRequest, rpb::RegisterCellResponse, |_r| OPERATOR),
+    (list_regions, rpb::ListRegionsRequest, rpb::ListRegionsResponse, |_r| OPERATOR),
+    (list_cells, rpb::ListCellsRequest, rpb::ListCellsResponse, |_r| OPERATOR),
+    (create_namespace, rpb::CreateNamespaceRequest, rpb::CreateNamespaceResponse, |_r| OPERATOR),
+    (update_namespace, rpb::UpdateNamespaceRequest, rpb::UpdateNamespaceResponse, |r| Need::ns(Role::Admin, r.config.as_ref().map_or("", |c| c.name.as_str()))),
+    (get_namespace, rpb::GetNamespaceRequest, rpb::GetNamespaceResponse, |r| Need::ns(Role::Reader, &r.name)),
+    (list_namespaces, rpb::ListNamespacesRequest, rpb::ListNamespacesResponse, |_r| OPERATOR),
+    (place_shard, rpb::PlaceShardRequest, rpb::PlaceShardResponse, |_r| OPERATOR),
+    (get_owner, rpb::GetOwnerRequest, rpb::GetOwnerResponse, |r| Need::ns(Role::Reader, &r.ns)),
+    (list_shards, rpb::ListShardsRequest, rpb::ListShardsResponse, |r| if r.cell.is_empty() { in_ns(Role::Reader, &r.ns) } else { OPERATOR }),
+    (move_shard, rpb::MoveShardRequest, rpb::MoveShardResponse, |_r| OPERATOR),
+    (abort_move, rpb::AbortMoveRequest, rpb::AbortMoveResponse, |_r| OPERATOR),
+    (grant_role, rpb::GrantRoleRequest, rpb::GrantRoleResponse, |_r| OPERATOR),
+    (revoke_role, rpb::RevokeRoleRequest, rpb::RevokeRoleResponse, |_r| OPERATOR),
+    (create_token, rpb::CreateTokenRequest, rpb::CreateTokenResponse, |_r| OPERATOR),
+    (revoke_token, rpb::RevokeTokenRequest, rpb::RevokeTokenResponse, |_r| OPERATOR),
+    (list_access, rpb::ListAccessRequest, rpb::ListAccessResponse, |_r| OPERATOR),
+    (list_audit, rpb::ListAuditRequest, rpb::ListAuditResponse, |_r| OPERATOR),
 );

@@ -4,6 +4,7 @@
 //! line's `-o json` prints too. Errors are [`ErrorBody`] with the status of
 //! `ErrorCode::http_status`, malformed bodies included.
 
+use crate::access::Need;
 use crate::gateway::Gateway;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, FromRequest, Path, Request, State};
@@ -11,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use holdfast_core::{ErrorCode, Mode, ShardKey};
+use holdfast_core::{ErrorCode, Mode, Role, ShardKey};
 use holdfast_proto::convert::{mode_to, shard_key};
 use holdfast_proto::json::{CheckView, ErrorBody, GrantView, LockView, NamespaceSpec, NamespaceView, OwnerView};
 use holdfast_proto::lock::v1 as pb;
@@ -60,6 +61,9 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(Body(v)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(bad(format!("request body larger than {} bytes", holdfast_rpc::serve::MAX_HTTP_BODY_BYTES)))
+            }
             Err(e) => Err(bad(format!("bad request body: {}", e.body_text()))),
         }
     }
@@ -121,13 +125,14 @@ fn namespace_view(c: Option<&holdfast_proto::admin::v1::NamespaceConfig>) -> Res
 async fn create_namespace(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Body(spec): Body<NamespaceSpec>) -> ApiResult<NamespaceView> {
     let ctx = context(peer, &headers);
     let req = rpb::CreateNamespaceRequest { config: Some(spec.to_pb()) };
-    let r = gw.registry(&ctx, req, |mut c, r| async move { c.create_namespace(r).await }).await?;
+    let r = gw.registry(&ctx, Need::Operator, req, |mut c, r| async move { c.create_namespace(r).await }).await?;
     Ok(Json(namespace_view(r.config.as_ref())?))
 }
 
 async fn get_namespace(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Path(ns): Path<String>) -> ApiResult<NamespaceView> {
     let ctx = context(peer, &headers);
-    let r = gw.registry(&ctx, rpb::GetNamespaceRequest { name: ns }, |mut c, r| async move { c.get_namespace(r).await }).await?;
+    let need = Need::ns(Role::Reader, &ns)?;
+    let r = gw.registry(&ctx, need, rpb::GetNamespaceRequest { name: ns }, |mut c, r| async move { c.get_namespace(r).await }).await?;
     Ok(Json(namespace_view(r.config.as_ref())?))
 }
 
@@ -295,7 +300,7 @@ async fn move_shard(
     let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
     let req = rpb::MoveShardRequest { ns: k.ns.to_string(), shard: k.shard.to_string(), to_cell: b.to_cell, planned: b.planned };
-    let r = gw.registry(&ctx, req, |mut c, r| async move { c.move_shard(r).await }).await?;
+    let r = gw.registry(&ctx, Need::Operator, req, |mut c, r| async move { c.move_shard(r).await }).await?;
     Ok(Json(owner_view(r.owner.as_ref())?))
 }
 

@@ -11,6 +11,7 @@
 //! What does not live here: any lock state (the cells'), any placement decision (the
 //! registry's). Client crates only: openraft and RocksDB never reach this crate.
 
+pub mod access;
 pub mod config;
 pub mod gateway;
 pub mod grpc;

@@ -12,13 +12,17 @@ use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient
 use holdfast_rpc::{Budget, CallError, CancellationToken, Hints, Tasks, Transport, Upstream};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 /// How often cells and namespaces are listed again.
 const RELIST: Duration = Duration::from_secs(3);
 /// Pause before the watch is opened again after it broke.
 const REWATCH: Duration = Duration::from_millis(500);
+/// At most one listing of namespaces on demand (for a name not in the cache) per this
+/// interval: callers naming random namespaces queue for their turn instead of making
+/// the gateway hammer the registry. A namespace created a moment ago is still found.
+const ON_DEMAND_EVERY: Duration = Duration::from_millis(250);
 
 /// Where one shard lives, as far as this gateway knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +51,9 @@ pub struct Placement {
     transport: Transport,
     registry: Upstream,
     view: RwLock<View>,
+    /// When the last on-demand namespace listing started; held across a listing, so
+    /// lookups of unknown names take turns.
+    on_demand: tokio::sync::Mutex<Option<Instant>>,
 }
 
 fn owner_from(o: &rpb::ShardOwner) -> Owner {
@@ -58,7 +65,12 @@ impl Placement {
     /// A cache that asks the registry at `registry` (client addresses, followed to
     /// its leader among them only).
     pub fn new(transport: &Transport, registry: Vec<String>) -> Arc<Placement> {
-        Arc::new(Placement { transport: transport.clone(), registry: Upstream::new(transport, registry, Hints::Members), view: RwLock::new(View::default()) })
+        Arc::new(Placement {
+            transport: transport.clone(),
+            registry: Upstream::new(transport, registry, Hints::Members),
+            view: RwLock::new(View::default()),
+            on_demand: tokio::sync::Mutex::new(None),
+        })
     }
 
     pub fn registry(&self) -> &Upstream {
@@ -84,11 +96,20 @@ impl Placement {
     }
 
     /// A namespace this gateway has not seen yet (created a moment ago): ask the
-    /// registry before calling it unknown.
+    /// registry before calling it unknown, at most once per [`ON_DEMAND_EVERY`].
     pub async fn namespace_or_refresh(&self, ns: &NamespaceName) -> Option<NamespaceConfig> {
         if let Some(c) = self.namespace(ns) {
             return Some(c);
         }
+        let mut last = self.on_demand.lock().await;
+        // Another caller's listing, while this one waited its turn, may have found it.
+        if let Some(c) = self.namespace(ns) {
+            return Some(c);
+        }
+        if let Some(t) = *last {
+            tokio::time::sleep_until((t + ON_DEMAND_EVERY).into()).await;
+        }
+        *last = Some(Instant::now());
         if let Err(e) = self.list_namespaces().await {
             debug!(error = %e, "listing namespaces failed");
         }

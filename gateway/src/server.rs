@@ -3,13 +3,14 @@
 //! the placement follower, and a shutdown with a deadline. Both ports are served by the
 //! wire edge (`holdfast_rpc::Transport`); every task runs under one [`Tasks`].
 
+use crate::access::Access;
 use crate::config::GatewayConfig;
 use crate::gateway::Gateway;
 use crate::grpc::{LockFront, RegistryFront};
 use crate::placement::Placement;
 use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
 use holdfast_proto::registry::v1::registry_service_server::RegistryServiceServer;
-use holdfast_rpc::{bounded, Tasks, Transport};
+use holdfast_rpc::{bounded, Budget, Tasks, Transport};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,11 +37,16 @@ impl GatewayServer {
         holdfast_telemetry::install();
         let grpc_addr = grpc.local_addr()?;
         let http_addr = http.local_addr()?;
-        let transport = Transport::new(cfg.transport.clone());
+        let transport = Transport::new(cfg.transport.clone(), cfg.tls.security().map_err(std::io::Error::other)?);
         let tasks = Tasks::new();
         let placement = Placement::new(&transport, cfg.registry());
-        let gw = Gateway::new(placement.clone(), tasks.clone(), transport.options().request_timeout());
+        let access = Arc::new(Access::new(transport.security().is_tls()));
+        let gw = Gateway::new(placement.clone(), access.clone(), tasks.clone(), transport.options().request_timeout());
         placement.follow(&tasks);
+        {
+            let (placement, access, budget) = (placement.clone(), access.clone(), Budget::per_attempt(transport.options().request_timeout()));
+            tasks.spawn("access policy follower", async move { access.follow(placement.registry(), budget).await });
+        }
         tasks.spawn("metrics upkeep", holdfast_telemetry::upkeep());
 
         let (health, health_svc) = tonic_health::server::health_reporter();
@@ -54,12 +60,17 @@ impl GatewayServer {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()
             .map_err(std::io::Error::other)?;
-        // Serving once placement is listed: health follows readiness.
+        // Serving once placement is listed and the access policy fetched: health
+        // follows readiness.
+        let is_ready = {
+            let (placement, access) = (placement.clone(), access.clone());
+            move || placement.ready() && access.ready()
+        };
         {
-            let placement = placement.clone();
+            let is_ready = is_ready.clone();
             tasks.spawn("health reporter", async move {
                 loop {
-                    if placement.ready() {
+                    if is_ready() {
                         health.set_serving::<LockServiceServer<LockFront>>().await;
                         health.set_service_status("", tonic_health::ServingStatus::Serving).await;
                     } else {
@@ -86,8 +97,7 @@ impl GatewayServer {
             });
         }
 
-        let ready_placement = placement.clone();
-        let ready: holdfast_telemetry::Readiness = Arc::new(move || ready_placement.ready());
+        let ready: holdfast_telemetry::Readiness = Arc::new(is_ready);
         let app = crate::http::router(gw).merge(holdfast_telemetry::router(ready));
         {
             let stop = tasks.stop_token();

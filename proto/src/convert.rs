@@ -1,6 +1,6 @@
 //! Wire <-> domain conversions for the vocabulary of `holdfast-core` that more than
-//! one API carries: shard keys, lock modes, end reasons, intents, postures and the
-//! namespace configuration. Servers and clients use these, so every API reads and
+//! one API carries: shard keys, lock modes, end reasons, intents, postures, the
+//! namespace configuration, roles and grants. Servers and clients use these, so every API reads and
 //! writes them the same way.
 //!
 //! What does not live here: conversions of a state crate's types (lock views, events,
@@ -9,7 +9,8 @@
 
 use crate::admin::v1 as apb;
 use crate::lock::v1 as lpb;
-use holdfast_core::{EndReason, Intent, Mode, NameError, NamespaceConfig, NamespaceName, Posture, Quotas, ShardKey, ShardName};
+use crate::registry::v1 as rpb;
+use holdfast_core::{EndReason, Grant, Intent, Mode, NameError, NamespaceConfig, NamespaceName, Posture, Quotas, Role, ShardKey, ShardName};
 
 /// A wire value that is not a valid domain value; the caller answers `INVALID_ARGUMENT`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +54,38 @@ pub fn reason_to(r: EndReason) -> i32 {
         EndReason::MaxHold => lpb::EndReason::MaxHold,
         EndReason::Moved => lpb::EndReason::Moved,
     }) as i32
+}
+
+/// A role; unset is refused (a grant must say what it gives).
+pub fn role_from(r: i32) -> Result<Role, Invalid> {
+    match rpb::Role::try_from(r) {
+        Ok(rpb::Role::Reader) => Ok(Role::Reader),
+        Ok(rpb::Role::Holder) => Ok(Role::Holder),
+        Ok(rpb::Role::Admin) => Ok(Role::Admin),
+        Ok(rpb::Role::Operator) => Ok(Role::Operator),
+        _ => Err(Invalid(format!("role {r}: reader, holder, admin or operator"))),
+    }
+}
+
+pub fn role_to(r: Role) -> i32 {
+    (match r {
+        Role::Reader => rpb::Role::Reader,
+        Role::Holder => rpb::Role::Holder,
+        Role::Admin => rpb::Role::Admin,
+        Role::Operator => rpb::Role::Operator,
+    }) as i32
+}
+
+/// A grant, checked for shape ([`Grant::validate`]); an empty `ns` is none.
+pub fn grant_from(g: rpb::RoleGrant) -> Result<Grant, Invalid> {
+    let ns = if g.ns.is_empty() { None } else { Some(NamespaceName::new(g.ns)?) };
+    let grant = Grant { principal: g.principal, role: role_from(g.role)?, ns };
+    grant.validate().map_err(Invalid)?;
+    Ok(grant)
+}
+
+pub fn grant_to(g: &Grant) -> rpb::RoleGrant {
+    rpb::RoleGrant { principal: g.principal.clone(), role: role_to(g.role), ns: g.ns.as_ref().map_or(String::new(), |n| n.to_string()) }
 }
 
 /// Unset is correctness, the safe default.

@@ -9,13 +9,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use holdfast_rpc::Transport;
+use holdfast_rpc::{auth, Transport};
 use openraft::async_runtime::WatchReceiver;
 use openraft::network::{NetSnapshot, RaftNetworkFactory};
 use rocksdb::DB;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 use tracing::{info, warn};
 
 use crate::admin::RaftAdminService;
@@ -74,7 +75,7 @@ impl NodeConfig {
             client_addr: String::new(),
             timings: RaftTimings::default(),
             network: NetworkOptions::default(),
-            transport: Transport::default(),
+            transport: Transport::insecure(),
         }
     }
 
@@ -162,8 +163,9 @@ impl<S: ReplicatedState> RaftNode<S> {
         let transport = config.transport.clone();
         let router = transport
             .grpc_server()
-            .add_service(RaftGrpcService::new(raft.clone()).into_server(config.network.max_message_bytes))
-            .add_service(holdfast_rpc::bounded!(RaftAdminService::new(raft.clone()).into_server(), transport));
+            // Raft traffic is for the group's nodes alone; its admin for nodes and root.
+            .add_service(InterceptedService::new(RaftGrpcService::new(raft.clone()).into_server(config.network.max_message_bytes), auth::nodes_only))
+            .add_service(InterceptedService::new(holdfast_rpc::bounded!(RaftAdminService::new(raft.clone()).into_server(), transport), auth::nodes_and_root));
         let server = tokio::spawn(async move {
             transport
                 .serve_grpc(router, listener, async {

@@ -10,6 +10,13 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, warn};
 
 use crate::convert;
+use crate::network::SNAPSHOT_CHUNK_BYTES;
+use holdfast_core::ErrorCode;
+use holdfast_rpc::status::status;
+
+/// The largest snapshot a node takes (1 GiB): far above any cell's or registry's state
+/// within their quotas, and a bound on what a peer can make it buffer.
+pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
 use crate::sm_store::ReplicatedState;
 use crate::types::{Raft, Snapshot};
 
@@ -75,8 +82,17 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
         };
         let vote = convert::vote_from_pb(header.vote).map_err(bad_request)?;
         let meta = convert::snapshot_meta_from_pb(header.meta.ok_or_else(|| Status::invalid_argument("snapshot header without meta"))?).map_err(bad_request)?;
-        let total = usize::try_from(header.total_bytes).map_err(|_| Status::invalid_argument("snapshot too large"))?;
-        let mut data = Vec::with_capacity(total);
+        // The header's size is a claim: refused above the cap, and never allocated up
+        // front; the buffer grows with the chunks that actually arrive.
+        if header.total_bytes > MAX_SNAPSHOT_BYTES {
+            warn!(claimed = header.total_bytes, "InstallSnapshot larger than this node accepts: refused");
+            return Err(status(
+                ErrorCode::InvalidArgument,
+                format!("snapshot of {} bytes refused: this node accepts at most {MAX_SNAPSHOT_BYTES}", header.total_bytes),
+            ));
+        }
+        let total = header.total_bytes as usize;
+        let mut data = Vec::with_capacity(total.min(SNAPSHOT_CHUNK_BYTES));
         while let Some(msg) = stream.next().await {
             match msg?.part {
                 Some(Part::Chunk(c)) => data.extend_from_slice(&c),

@@ -214,7 +214,7 @@ async fn membership_changes_while_writes_go_on() {
     };
 
     let leader = c.leader_among(&[1, 2, 3], WAIT).await;
-    let channel = holdfast_rpc::Transport::default().connect(&c.nodes[&leader].raft_addr().to_string()).await.expect("admin client");
+    let channel = holdfast_rpc::Transport::insecure().connect(&c.nodes[&leader].raft_addr().to_string()).await.expect("admin client");
     let mut admin = RaftAdminClient::new(channel);
     let n4 = c.nodes[&4].node().clone();
 
@@ -277,4 +277,59 @@ async fn membership_changes_while_writes_go_on() {
     }
     assert!(matches!(c.nodes[&4].metrics().state, ServerState::Follower | ServerState::Leader), "node 4 votes");
     c.shutdown().await;
+}
+
+/// An InstallSnapshot stream is bounded by what arrives, never by what its header
+/// claims: a header announcing a terabyte is refused before anything is allocated,
+/// and a transfer that stops half-way is refused as truncated. The node serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_header_claiming_too_much_is_refused_and_the_node_serves_on() {
+    use holdfast_proto::raft::v1::install_snapshot_request::Part;
+    use holdfast_proto::raft::v1::raft_service_client::RaftServiceClient;
+    use holdfast_raft::MAX_SNAPSHOT_BYTES;
+    let _serial = serial().await;
+    let c = TestCluster::start(3, timings()).await;
+    let leader = c.leader(WAIT).await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let channel = holdfast_rpc::Transport::insecure().connect(&c.nodes[&follower].raft_addr().to_string()).await.expect("raft client");
+    let mut raft = RaftServiceClient::new(channel);
+    let header = |total_bytes: u64| pb::InstallSnapshotRequest {
+        part: Some(Part::Header(pb::SnapshotHeader {
+            vote: Some(pb::Vote { leader_id: Some(pb::LeaderId { term: 1, node_id: leader }), committed: true }),
+            meta: Some(pb::SnapshotMeta {
+                last_log_id: None,
+                last_membership_log_id: None,
+                last_membership: Some(pb::Membership {
+                    configs: vec![pb::NodeIdSet { node_ids: vec![1, 2, 3] }],
+                    nodes: (1..=3).map(|id| (id, pb::Node::default())).collect(),
+                }),
+            }),
+            total_bytes,
+        })),
+    };
+    let rss_before = rss_bytes();
+    for claimed in [1u64 << 40, u64::MAX, MAX_SNAPSHOT_BYTES + 1] {
+        let e = raft.install_snapshot(tokio_stream::iter(vec![header(claimed)])).await.expect_err("a snapshot over the cap");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("accepts at most"), "refused for its size, not its shape: {e:?}");
+    }
+    // Under the cap but cut short: 1 KiB of an announced 512 MiB.
+    let parts = vec![header(512 << 20), pb::InstallSnapshotRequest { part: Some(Part::Chunk(vec![7; 1024])) }];
+    let e = raft.install_snapshot(tokio_stream::iter(parts)).await.expect_err("a truncated snapshot");
+    assert_eq!(e.code(), tonic::Code::DataLoss, "{e:?}");
+    let grown = rss_bytes().saturating_sub(rss_before);
+    assert!(grown < 64 << 20, "the claims made this process grow by {} MiB", grown >> 20);
+
+    // The follower still follows: a write reaches every node.
+    let idx = c.write(1).await.expect("write").index;
+    c.wait_applied(&[1, 2, 3], idx, "after the refused snapshots").await;
+    assert_eq!(c.values(follower), vec![1]);
+    c.shutdown().await;
+}
+
+/// This process's resident set (Linux /proc), bytes.
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmRSS");
+    kb * 1024
 }

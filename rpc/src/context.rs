@@ -3,8 +3,10 @@
 //! the door (gRPC metadata or HTTP headers) and passed on to every call made on the
 //! caller's behalf ([`CallContext::request`]).
 
+use crate::bearer::{BearerToken, AUTHORIZATION};
 use crate::serve::Peer;
 use crate::status::{IDENTITY_HEADER, IDENTITY_METADATA, TRACEPARENT, TRACESTATE};
+use crate::tls::Identity;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -15,11 +17,20 @@ const MAX_HEADER_VALUE: usize = 512;
 /// deadline and no trace (a server's own background work).
 #[derive(Debug, Clone, Default)]
 pub struct CallContext {
-    /// The connection the call came in on.
+    /// The connection the call came in on, with the identity its certificate proves.
     pub peer: Option<Peer>,
     /// The identity the caller says it acts for (`holdfast-identity` metadata, or the
-    /// `x-holdfast-identity` HTTP header). Self-declared: an audit hint, not a proof.
+    /// `x-holdfast-identity` HTTP header). Believed only from a node (a gateway
+    /// forwarding its own caller's identity), or on a plaintext (`--insecure`) server,
+    /// which authenticates nobody; see [`CallContext::identity`].
     pub claimed_identity: Option<String>,
+    /// A bearer token the caller presented (`authorization: Bearer hft....`). Only a
+    /// gateway checks it (against the registry's hashes) and, when it holds, sets
+    /// [`CallContext::authenticated`]; it is never passed on.
+    pub bearer: Option<BearerToken>,
+    /// Who a gateway found the caller to be, after checking its certificate or its
+    /// token: `user:alice`, `token:ci-bot`. Wins over everything else.
+    pub authenticated: Option<String>,
     /// When the caller stops waiting, on this process's monotonic clock (from the
     /// gRPC `grpc-timeout` header).
     pub deadline: Option<Instant>,
@@ -58,6 +69,8 @@ impl CallContext {
         CallContext {
             peer: req.extensions().get::<Peer>().cloned(),
             claimed_identity: bounded(get(IDENTITY_METADATA)),
+            bearer: get(AUTHORIZATION).and_then(BearerToken::from_authorization),
+            authenticated: None,
             deadline: get("grpc-timeout").and_then(parse_grpc_timeout).map(|d| Instant::now() + d),
             traceparent: bounded(get(TRACEPARENT)),
             tracestate: bounded(get(TRACESTATE)),
@@ -70,18 +83,45 @@ impl CallContext {
         CallContext {
             peer,
             claimed_identity: bounded(get(IDENTITY_HEADER)),
+            bearer: get(AUTHORIZATION).and_then(BearerToken::from_authorization),
+            authenticated: None,
             deadline: None,
             traceparent: bounded(get(TRACEPARENT)),
             tracestate: bounded(get(TRACESTATE)),
         }
     }
 
-    /// Who to name in an audit record: the claimed identity, else the peer's address.
+    /// The identity the certificate of the connection proves.
+    pub fn caller(&self) -> Option<&Identity> {
+        self.peer.as_ref().and_then(|p| p.identity.as_ref())
+    }
+
+    /// Who the call is for, proven: what a gateway authenticated; the identity a node
+    /// (a gateway) acting for someone names; any other certificate's own identity,
+    /// whatever it claims. `None` when nothing proves it (a plaintext connection, no
+    /// certificate). Sessions are bound to it.
+    pub fn principal(&self) -> Option<String> {
+        if let Some(p) = &self.authenticated {
+            return Some(p.clone());
+        }
+        match (self.caller()?, &self.claimed_identity) {
+            (Identity::Node(_), Some(claim)) => Some(claim.clone()),
+            (id, _) => Some(id.to_string()),
+        }
+    }
+
+    /// Who the call is for, as audit records name it: the [`CallContext::principal`]
+    /// if anything proves one; on a plaintext server the claim, which is all there is;
+    /// else the connection's address.
     pub fn identity(&self) -> String {
+        if let Some(p) = self.principal() {
+            return p;
+        }
+        let tls = self.peer.as_ref().is_some_and(|p| p.tls);
         match (&self.claimed_identity, &self.peer) {
-            (Some(id), _) => id.clone(),
-            (None, Some(p)) => format!("anonymous@{}", p.addr),
-            (None, None) => "anonymous".into(),
+            (Some(claim), _) if !tls => claim.clone(),
+            (_, Some(p)) => format!("anonymous@{}", p.addr),
+            (_, None) => "anonymous".to_owned(),
         }
     }
 
@@ -102,13 +142,20 @@ impl CallContext {
         if let Some(left) = self.remaining() {
             r.set_timeout(left.max(Duration::from_millis(1)));
         }
+        let on_behalf_of = (self.peer.is_some() || self.claimed_identity.is_some()).then(|| self.identity());
         let md = r.metadata_mut();
-        for (k, v) in [(IDENTITY_METADATA, &self.claimed_identity), (TRACEPARENT, &self.traceparent), (TRACESTATE, &self.tracestate)] {
+        for (k, v) in [(IDENTITY_METADATA, &on_behalf_of), (TRACEPARENT, &self.traceparent), (TRACESTATE, &self.tracestate)] {
             if let Some(v) = v.as_deref().and_then(|v| v.parse().ok()) {
                 md.insert(k, v);
             }
         }
         r
+    }
+
+    /// This context, its caller found to be `principal` (by a gateway).
+    pub fn authenticated_as(mut self, principal: impl Into<String>) -> CallContext {
+        self.authenticated = Some(principal.into());
+        self
     }
 
     /// This context acting for `identity` (a command line naming its operator).
@@ -147,6 +194,26 @@ mod tests {
         assert_eq!(out.metadata().get(IDENTITY_METADATA).unwrap(), "alice");
         assert_eq!(out.metadata().get(TRACEPARENT).unwrap(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         assert!(out.metadata().get("grpc-timeout").is_some());
+        let node = |claim: Option<&str>, identity: Option<Identity>, tls: bool| CallContext {
+            peer: Some(Peer { addr: "10.0.0.1:5".parse().unwrap(), identity, tls }),
+            claimed_identity: claim.map(str::to_owned),
+            ..CallContext::default()
+        };
+        assert_eq!(node(Some("user:alice"), Some(Identity::Node("gw".into())), true).identity(), "user:alice", "a node speaks for its caller");
+        assert_eq!(node(Some("user:root"), Some(Identity::User("mallory".into())), true).identity(), "user:mallory", "a user cannot claim another");
+        assert_eq!(node(Some("user:root"), None, true).identity(), "anonymous@10.0.0.1:5", "no certificate, no claim believed");
+        assert_eq!(node(Some("bob"), None, false).identity(), "bob", "plaintext authenticates nobody: the claim is all there is");
+        assert_eq!(node(Some("bob"), None, false).principal(), None, "and proves no principal");
+        assert_eq!(node(Some("user:alice"), Some(Identity::Node("gw".into())), true).principal().as_deref(), Some("user:alice"));
+        assert_eq!(node(None, Some(Identity::User("mallory".into())), true).principal().as_deref(), Some("user:mallory"));
+        let gw = node(None, None, true).authenticated_as("token:ci");
+        assert_eq!((gw.principal().as_deref(), gw.identity().as_str()), (Some("token:ci"), "token:ci"), "what a gateway authenticated wins");
+        let mut bearer = tonic::Request::new(());
+        let t = BearerToken::generate("ci").unwrap();
+        bearer.metadata_mut().insert(AUTHORIZATION, t.authorization().parse().unwrap());
+        let ctx = CallContext::from_grpc(&bearer);
+        assert_eq!(ctx.bearer, Some(t));
+        assert!(ctx.request(()).metadata().get(AUTHORIZATION).is_none(), "a token is never passed on");
         let mut long = tonic::Request::new(());
         long.metadata_mut().insert(IDENTITY_METADATA, "x".repeat(600).parse().unwrap());
         assert_eq!(CallContext::from_grpc(&long).claimed_identity, None, "oversized headers are dropped");

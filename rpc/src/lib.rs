@@ -12,25 +12,36 @@
 //!   passed on to every call made for the caller;
 //! - [`Upstream`]: the one leader-following caller, with typed failures and retries
 //!   ([`retry`]);
+//! - [`bearer`]: bearer tokens, for callers without a client certificate;
+//! - [`tls`]: mutual TLS — the certificates a process presents and trusts, reloaded
+//!   without a restart, and the [`Identity`] a peer's certificate proves;
 //! - [`Tasks`]: a server's named background tasks under its shutdown.
 //!
 //! What does not: any service's semantics, protobuf types (`holdfast-proto`), openraft
 //! or RocksDB. Nothing outside this crate builds a channel or a server: a test in
 //! `cli/tests/wire_edge.rs` fails when one does.
 
+pub mod auth;
+pub mod bearer;
+#[cfg(feature = "certgen")]
+pub mod certs;
+pub mod connect;
 pub mod context;
 pub mod retry;
 pub mod serve;
 pub mod status;
 pub mod tasks;
+pub mod tls;
 pub mod transport;
 pub mod upstream;
 
+pub use bearer::BearerToken;
 pub use context::CallContext;
 pub use retry::{Backoff, RetryPolicy};
 pub use serve::{GrpcRouter, Peer};
 pub use status::{status, Answer};
 pub use tasks::Tasks;
+pub use tls::{CertFiles, Identity, Security, TlsMaterial, TlsOptions};
 pub use transport::{host_port, AddressError, ConnectError, Transport, TransportOptions};
 pub use upstream::{Budget, CallError, Called, Hints, Retry, Upstream};
 

@@ -1,17 +1,32 @@
 //! The server side of the wire edge: one accept loop for every listener (gRPC and
 //! HTTP alike), which sets TCP_NODELAY, survives accept errors (a full file table
-//! pauses accepting instead of ending the server) and tells handlers who called
-//! ([`Peer`], in the request extensions).
+//! pauses accepting instead of ending the server), performs the TLS handshake when the
+//! transport has certificates (concurrently, bounded in number and time), and tells
+//! handlers who called ([`Peer`], in the request extensions).
 
+use crate::connect::delegate_io;
+use crate::tls::{Identity, Security};
 use futures_util::stream::{self, Stream, StreamExt};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tracing::warn;
+use tokio::sync::{mpsc, Semaphore};
+use tracing::{debug, warn};
+
+/// Longest a TLS handshake may take: a peer that opens a connection and says nothing
+/// holds a slot no longer than this.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest HTTP request body any holdfast HTTP port reads (the API's bodies are a few
+/// hundred bytes: a lock value is at most 1 KiB). A longer one is refused unread.
+pub const MAX_HTTP_BODY_BYTES: usize = 64 * 1024;
+
+/// Handshakes in flight at once per listener; more connections wait to be accepted.
+const MAX_HANDSHAKES: usize = 256;
 
 /// The router every gRPC server of holdfast serves (see `Transport::grpc_server`).
 pub type GrpcRouter = tonic::transport::server::Router;
@@ -22,12 +37,26 @@ pub type GrpcRouter = tonic::transport::server::Router;
 pub struct Peer {
     /// The remote socket address.
     pub addr: SocketAddr,
+    /// The identity its client certificate proves; `None` without TLS or without a
+    /// client certificate (an HTTP port accepts those: probes, bearer tokens).
+    pub identity: Option<Identity>,
+    /// The connection came over TLS.
+    pub tls: bool,
 }
+
+/// The stream under one accepted connection.
+#[derive(Debug)]
+pub enum ServerIo {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+delegate_io!(ServerIo);
 
 /// One accepted connection.
 #[derive(Debug)]
 pub struct Conn {
-    io: TcpStream,
+    io: ServerIo,
     peer: Peer,
 }
 
@@ -88,7 +117,7 @@ impl std::fmt::Debug for Incoming {
 /// file descriptors, out of memory): retrying at once would spin.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
-async fn accept_one(listener: &TcpListener) -> Conn {
+async fn accept_one(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     loop {
         match listener.accept().await {
             Ok((io, addr)) => {
@@ -96,7 +125,7 @@ async fn accept_one(listener: &TcpListener) -> Conn {
                 if let Err(e) = io.set_nodelay(true) {
                     warn!(peer = %addr, error = %e, "cannot set TCP_NODELAY");
                 }
-                return Conn { io, peer: Peer { addr } };
+                return (io, addr);
             }
             Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted) => {}
             Err(e) => {
@@ -107,12 +136,45 @@ async fn accept_one(listener: &TcpListener) -> Conn {
     }
 }
 
-/// The connections `listener` accepts; never ends and never yields an error.
-pub fn incoming(listener: TcpListener) -> Incoming {
-    let s = stream::unfold(listener, |l| async move {
-        let c = accept_one(&l).await;
-        Some((Ok(c), l))
+/// The connections `listener` accepts, after their TLS handshake when `security` has
+/// certificates (a client certificate required if `client_cert_required`); never ends
+/// and never yields an error: a failed handshake is the peer's problem, logged.
+pub fn incoming(listener: TcpListener, security: &Security, client_cert_required: bool) -> Incoming {
+    let material = match security {
+        Security::Insecure => {
+            let s = stream::unfold(listener, |l| async move {
+                let (io, addr) = accept_one(&l).await;
+                Some((Ok(Conn { io: ServerIo::Plain(io), peer: Peer { addr, identity: None, tls: false } }), l))
+            });
+            return Incoming { inner: Box::pin(s) };
+        }
+        Security::Tls(m) => m.clone(),
+    };
+    let (tx, rx) = mpsc::channel::<Conn>(64);
+    // Ends when the server drops its `Incoming` (it stopped).
+    tokio::spawn(async move {
+        let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+        loop {
+            let (io, addr) = tokio::select! {
+                c = accept_one(&listener) => c,
+                _ = tx.closed() => return,
+            };
+            let Ok(slot) = slots.clone().acquire_owned().await else { return };
+            let (tx, config) = (tx.clone(), material.server_config(client_cert_required));
+            tokio::spawn(async move {
+                let _slot = slot;
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, tokio_rustls::TlsAcceptor::from(config).accept(io)).await {
+                    Ok(Ok(tls)) => {
+                        let identity = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| Identity::of_certificate(c));
+                        let _ = tx.send(Conn { io: ServerIo::Tls(Box::new(tls)), peer: Peer { addr, identity, tls: true } }).await;
+                    }
+                    Ok(Err(e)) => debug!(peer = %addr, error = %e, "TLS handshake refused"),
+                    Err(_) => debug!(peer = %addr, "TLS handshake not done in time"),
+                }
+            });
+        }
     });
+    let s = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (Ok(c), rx)) });
     Incoming { inner: Box::pin(s) }
 }
 
@@ -149,7 +211,7 @@ impl axum::serve::Listener for HttpListener {
     }
 
     fn local_addr(&self) -> io::Result<Peer> {
-        Ok(Peer { addr: self.local })
+        Ok(Peer { addr: self.local, identity: None, tls: false })
     }
 }
 
@@ -159,8 +221,16 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Http
     }
 }
 
-pub(crate) async fn http(router: axum::Router, listener: TcpListener, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> io::Result<()> {
+pub(crate) async fn http(
+    router: axum::Router,
+    listener: TcpListener,
+    security: &Security,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     let local = listener.local_addr()?;
-    let l = HttpListener { incoming: incoming(listener), local };
+    // HTTP ports take callers without a client certificate: health probes, and the
+    // gateway's API callers who present a bearer token instead.
+    let l = HttpListener { incoming: incoming(listener, security, false), local };
+    let router = router.layer(axum::extract::DefaultBodyLimit::max(MAX_HTTP_BODY_BYTES));
     axum::serve(l, router.into_make_service_with_connect_info::<Peer>()).with_graceful_shutdown(shutdown).await
 }

@@ -2,11 +2,15 @@
 //! that decides timeouts, HTTP/2 keepalive, message and concurrency limits and
 //! TCP_NODELAY for every channel and every listener.
 //!
-//! Servers read its options from their config file (`[transport]`), callers build one
-//! per process and share it: channels are pooled per address inside it, so the SDK, the
-//! gateway and the Raft network each keep one HTTP/2 connection per peer.
+//! Servers read its options from their config file (`[transport]`, `[tls]`), callers
+//! build one per process and share it: channels are pooled per address inside it, so the
+//! SDK, the gateway and the Raft network each keep one HTTP/2 connection per peer.
+//! With certificates ([`Security::Tls`]) every channel and every listener speaks mutual
+//! TLS; without, plaintext — which a server only does when told `--insecure`.
 
+use crate::connect::Connector;
 use crate::serve::{self, GrpcRouter};
+use crate::tls::{Identity, Security};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -127,39 +131,57 @@ pub struct Transport {
 
 struct Inner {
     options: TransportOptions,
+    security: Security,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl fmt::Debug for Transport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Transport").field("options", &self.inner.options).finish_non_exhaustive()
-    }
-}
-
-impl Default for Transport {
-    fn default() -> Self {
-        Transport::new(TransportOptions::default())
+        f.debug_struct("Transport").field("options", &self.inner.options).field("tls", &self.inner.security.is_tls()).finish_non_exhaustive()
     }
 }
 
 impl Transport {
-    pub fn new(options: TransportOptions) -> Transport {
-        Transport { inner: Arc::new(Inner { options, channels: Mutex::new(HashMap::new()) }) }
+    pub fn new(options: TransportOptions, security: Security) -> Transport {
+        Transport { inner: Arc::new(Inner { options, security, channels: Mutex::new(HashMap::new()) }) }
+    }
+
+    /// Plaintext with default options: for tests, and servers run `--insecure`.
+    pub fn insecure() -> Transport {
+        Transport::new(TransportOptions::default(), Security::Insecure)
     }
 
     pub fn options(&self) -> &TransportOptions {
         &self.inner.options
     }
 
+    pub fn security(&self) -> &Security {
+        &self.inner.security
+    }
+
+    /// The identity this process's certificate names (`None` without TLS).
+    pub fn identity(&self) -> Option<Identity> {
+        match &self.inner.security {
+            Security::Tls(m) => m.identity(),
+            Security::Insecure => None,
+        }
+    }
+
     fn endpoint(&self, addr: &str) -> Result<Endpoint, AddressError> {
         let hp = host_port(addr)?;
         let o = &self.inner.options;
-        let e = Endpoint::from_shared(format!("http://{hp}")).map_err(|e| AddressError { addr: addr.to_owned(), why: e.to_string() })?;
+        // The scheme is only what the HTTP/2 requests say; the connector decides how
+        // to speak.
+        let scheme = if self.inner.security.is_tls() { "https" } else { "http" };
+        let e = Endpoint::from_shared(format!("{scheme}://{hp}")).map_err(|e| AddressError { addr: addr.to_owned(), why: e.to_string() })?;
         Ok(e.connect_timeout(Duration::from_millis(o.connect_timeout_ms))
-            .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_millis(o.keepalive_interval_ms))
             .keep_alive_timeout(Duration::from_millis(o.keepalive_timeout_ms))
             .keep_alive_while_idle(true))
+    }
+
+    fn connector(&self) -> Connector {
+        Connector { security: self.inner.security.clone() }
     }
 
     /// The pooled channel to `addr`: connects on first use and reconnects by itself
@@ -170,7 +192,7 @@ impl Transport {
         if let Some(c) = channels.get(&key) {
             return Ok(c.clone());
         }
-        let c = self.endpoint(&key)?.connect_lazy();
+        let c = self.endpoint(&key)?.connect_with_connector_lazy(self.connector());
         channels.insert(key, c.clone());
         Ok(c)
     }
@@ -179,7 +201,20 @@ impl Transport {
     /// there (for commands that should say so rather than wait).
     pub async fn connect(&self, addr: &str) -> Result<Channel, ConnectError> {
         let e = self.endpoint(addr)?;
-        e.connect().await.map_err(|err| ConnectError::Unreachable { addr: addr.to_owned(), why: source_chain(&err) })
+        e.connect_with_connector(self.connector()).await.map_err(|err| ConnectError::Unreachable { addr: addr.to_owned(), why: source_chain(&err) })
+    }
+
+    /// A raw stream to `addr` (an HTTP request by hand: a readiness probe).
+    pub async fn stream(&self, addr: &str) -> Result<crate::connect::ClientIo, ConnectError> {
+        let hp = host_port(addr)?;
+        let (host, port) = hp.rsplit_once(':').expect("host_port checked it");
+        let port: u16 = port.parse().expect("host_port checked it");
+        let work = crate::connect::connect(&self.inner.security, host, port);
+        match tokio::time::timeout(Duration::from_millis(self.inner.options.connect_timeout_ms), work).await {
+            Ok(Ok(io)) => Ok(io),
+            Ok(Err(e)) => Err(ConnectError::Unreachable { addr: addr.to_owned(), why: e.to_string() }),
+            Err(_) => Err(ConnectError::Unreachable { addr: addr.to_owned(), why: "connect timed out".into() }),
+        }
     }
 
     /// A gRPC server with this transport's limits; add services, then [`Transport::serve_grpc`].
@@ -195,14 +230,15 @@ impl Transport {
 
     /// Serves `router` on `listener` until `shutdown` completes, then drains the
     /// calls in flight (the caller bounds that with its own deadline).
+    /// With TLS, every caller must present a client certificate of the cluster's CA.
     pub async fn serve_grpc(&self, router: GrpcRouter, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), tonic::transport::Error> {
-        router.serve_with_incoming_shutdown(serve::incoming(listener), shutdown).await
+        router.serve_with_incoming_shutdown(serve::incoming(listener, &self.inner.security, true), shutdown).await
     }
 
     /// Serves an HTTP `router` on `listener` until `shutdown` completes. Handlers may
     /// extract `ConnectInfo<Peer>`.
     pub async fn serve_http(&self, router: axum::Router, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        serve::http(router, listener, shutdown).await
+        serve::http(router, listener, &self.inner.security, shutdown).await
     }
 }
 
@@ -247,7 +283,7 @@ mod tests {
     fn channels_are_pooled_per_address() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let t = Transport::default();
+            let t = Transport::insecure();
             t.channel("127.0.0.1:1").unwrap();
             t.channel("http://127.0.0.1:1").unwrap();
             assert_eq!(t.inner.channels.lock().unwrap().len(), 1);

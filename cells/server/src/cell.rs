@@ -6,12 +6,13 @@
 use crate::machine::{CellMachine, Hooks};
 use crate::ownership::OwnershipLease;
 use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, Outcome};
-use holdfast_core::ErrorCode;
-use holdfast_core::ShardKey;
+use holdfast_core::{ErrorCode, SessionId, ShardKey};
+use holdfast_proto::registry::v1 as rpb;
+use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_raft::Group;
 pub use holdfast_raft::{wall_clock_ms, Leader};
 use holdfast_rpc::status::status;
-use holdfast_rpc::Tasks;
+use holdfast_rpc::{Budget, CallContext, Tasks, Upstream};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tonic::Status;
@@ -27,6 +28,9 @@ pub struct Cell {
     /// The node's tasks: per-call work (renewal and watch streams) runs under the
     /// node's shutdown.
     pub(crate) tasks: Tasks,
+    /// The registry, where a break-lock is written to the durable audit log before it
+    /// happens; `None` in admin mode (the shard's own break records only).
+    pub(crate) audit: Option<Upstream>,
 }
 
 impl Cell {
@@ -65,6 +69,39 @@ impl Cell {
             return Ok(());
         };
         gate.lock().expect("ownership lock").may_grant(Instant::now(), shard, epoch).map_err(|r| status(r.code, r.message))
+    }
+
+    /// A session is used only by the identity that created it (docs/security.md):
+    /// `PERMISSION_DENIED` for anyone else. Sessions created by an unauthenticated
+    /// caller (an `--insecure` cell) are bound to nobody. A session's owner never
+    /// changes, so checking before proposing cannot race.
+    pub fn check_session_owner(&self, ctx: &CallContext, session: SessionId) -> Result<(), Status> {
+        let owner = self.group.state().read(|m| m.state().session(session).and_then(|v| v.owner));
+        match (owner, ctx.principal()) {
+            (Some(owner), Some(caller)) if owner == caller => Ok(()),
+            (Some(owner), caller) => Err(status(
+                ErrorCode::PermissionDenied,
+                format!("session {session} belongs to {owner}; {} may not use it", caller.unwrap_or_else(|| ctx.identity())),
+            )),
+            (None, _) => Ok(()),
+        }
+    }
+
+    /// Writes `action` on `detail` to the registry's audit log, as done by the caller
+    /// of `ctx`; `UNAVAILABLE` when it cannot (the action must then not happen). In
+    /// admin mode, no registry: nothing to write.
+    pub async fn audit(&self, ctx: &CallContext, action: &str, detail: String) -> Result<(), Status> {
+        let Some(registry) = &self.audit else { return Ok(()) };
+        let req = rpb::AppendAuditRequest { action: action.to_owned(), detail };
+        let budget = Budget::per_attempt(ctx.budget(registry.transport().options().request_timeout()));
+        registry
+            .call(budget, |ch| {
+                let r = ctx.request(req.clone());
+                async move { RegistryServiceClient::new(ch).append_audit(r).await }
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e| status(ErrorCode::Unavailable, format!("the registry's audit log cannot be written ({e}); nothing was done")))
     }
 
     /// Rule 1 of the session rules: succeeds only while this leader holds openraft's

@@ -212,7 +212,7 @@ impl LeaseClock {
             return;
         }
         match cmd {
-            Command::CreateSession { session, ttl_ms, .. } => {
+            Command::CreateSession { session, ttl_ms, .. } | Command::CreateOwnedSession { session, ttl_ms, .. } => {
                 let ttl = Duration::from_millis(*ttl_ms);
                 self.sessions.insert(*session, SessionTimer { ttl, deadline: now + ttl, last_renew: Some(now), checkpointed: false, expiring: false });
             }
@@ -353,6 +353,11 @@ mod tests {
         let st = state_with_sessions(0, None);
         let mut clock = LeaseClock::on_election(t0, &st, CP, &CheckpointArrivals::default());
         assert_eq!(clock.renew(t0, SessionId(1)), Renewal::Confirmed { ttl_remaining: TTL });
+        // A session bound to its creator is timed like any other.
+        let mut st = st;
+        let owned = Command::CreateOwnedSession { shard: key(), session: SessionId(3), ttl_ms: 3_000, label: String::new(), owner: "user:alice".into() };
+        commit(&mut st, &mut clock, t0, owned);
+        assert_eq!(clock.renew(t0, SessionId(3)), Renewal::Confirmed { ttl_remaining: TTL });
         // The clock ticks every 100 ms; the client renews every TTL/3, as the SDK does.
         let tick = Duration::from_millis(100);
         let mut now = t0;

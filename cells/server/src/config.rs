@@ -6,7 +6,7 @@
 
 use holdfast_raft::settings::{load_layered, validate_node};
 use holdfast_raft::RaftTimings;
-use holdfast_rpc::TransportOptions;
+use holdfast_rpc::{TlsOptions, TransportOptions};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -57,6 +57,10 @@ pub struct CellConfig {
     /// limits); every field has a default.
     #[serde(default)]
     pub transport: TransportOptions,
+    /// Mutual TLS (`[tls]`: `certs_dir` with ca.crt, node.crt, node.key), on every port
+    /// of the node; plaintext only with `insecure = true` (`--insecure`).
+    #[serde(default)]
+    pub tls: TlsOptions,
     /// A planted bug, to prove a drill's checker catches it — never in production, and
     /// refused by release builds. `token-reuse`: grants stop advancing the token
     /// sequence, so a lock's next holder gets the last holder's token. Default unset.
@@ -120,6 +124,7 @@ impl CellConfig {
             holdfast_rpc::host_port(&e).map_err(|e| ConfigError::Invalid(format!("registry_endpoints: {e}")))?;
         }
         self.transport.validate().map_err(ConfigError::Invalid)?;
+        self.tls.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }
@@ -143,7 +148,7 @@ mod tests {
         std::env::set_var("HOLDFAST_SNAPSHOT_EVERY_LOGS", "777");
         // The CLI's own variable is not a node setting: it must not break the load.
         std::env::set_var("HOLDFAST_RAFT_ENDPOINT", "127.0.0.1:9");
-        let c = CellConfig::load(Some(&f), &[("node_id", "3".into())]).unwrap();
+        let c = CellConfig::load(Some(&f), &[("node_id", "3".into()), ("tls.insecure", "true".into())]).unwrap();
         std::env::remove_var("HOLDFAST_SNAPSHOT_EVERY_LOGS");
         std::env::remove_var("HOLDFAST_RAFT_ENDPOINT");
         assert_eq!(c.node_id, 3, "flag beats file");
@@ -165,5 +170,11 @@ mod tests {
         assert!(CellConfig::load(Some(&f), &[]).unwrap_err().to_string().contains("node_id"));
         let f = write(dir.path(), "node_id = 1\ndata_dir = \"/tmp/x\"\nclient_addr = \"nowhere\"\n");
         assert!(CellConfig::load(Some(&f), &[]).unwrap_err().to_string().contains("client_addr"));
+        // TLS is on unless plaintext is asked for: no certificates, no start.
+        let f = write(dir.path(), "node_id = 1\ndata_dir = \"/tmp/x\"\n");
+        let e = CellConfig::load(Some(&f), &[]).unwrap_err().to_string();
+        assert!(e.contains("TLS is on by default") && e.contains("--insecure"), "{e}");
+        let e = CellConfig::load(Some(&f), &[("tls.certs_dir", "/nonexistent".into())]).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/ca.crt"), "{e}");
     }
 }

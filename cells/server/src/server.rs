@@ -11,10 +11,11 @@ use crate::service::LockApi;
 use holdfast_proto::admin::v1::cell_admin_server::CellAdminServer;
 use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
 use holdfast_raft::{Group, NodeConfig, RaftNode, Serving, StartError};
-use holdfast_rpc::{bounded, Tasks, Transport};
+use holdfast_rpc::{auth, bounded, Hints, Tasks, Transport, Upstream};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tracing::info;
 
 /// A running cell node. Its node accessors (`node_id`, `client_addr`, `raft_addr`,
@@ -87,7 +88,7 @@ impl CellServer {
         let mut node_cfg = NodeConfig::new(cfg.node_id, format!("cell-{}", cfg.cell), &cfg.data_dir);
         node_cfg.client_addr = cfg.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string());
         node_cfg.timings = cfg.timings();
-        node_cfg.transport = Transport::new(cfg.transport.clone());
+        node_cfg.transport = Transport::new(cfg.transport.clone(), cfg.tls.security().map_err(std::io::Error::other)?);
         Ok(node_cfg)
     }
 
@@ -98,12 +99,15 @@ impl CellServer {
         let margin = Duration::from_millis(cfg.ownership_margin_ms);
         let ownership = (!registry.is_empty()).then(|| std::sync::Mutex::new(crate::ownership::OwnershipLease::new(margin)));
         let tasks = Tasks::new();
-        let cell = Arc::new(Cell { group, hooks, ownership, tasks: tasks.clone() });
         let transport = node.transport().clone();
+        let audit = (!registry.is_empty()).then(|| Upstream::new(&transport, registry.clone(), Hints::Members));
+        let cell = Arc::new(Cell { group, hooks, ownership, tasks: tasks.clone(), audit });
         let router = transport
             .grpc_server()
-            .add_service(bounded!(LockServiceServer::new(LockApi::new(cell.clone())), transport))
-            .add_service(bounded!(CellAdminServer::new(CellAdminApi::new(cell.clone())), transport));
+            // A cell's own port serves the cluster (gateways, operators as root): callers
+            // with a role in a namespace go through a gateway.
+            .add_service(InterceptedService::new(bounded!(LockServiceServer::new(LockApi::new(cell.clone())), transport), auth::nodes_and_root))
+            .add_service(InterceptedService::new(bounded!(CellAdminServer::new(CellAdminApi::new(cell.clone())), transport), auth::nodes_and_root));
         let serving = Serving::new(node, client, router, tasks, Duration::from_millis(cfg.shutdown_deadline_ms), "client API");
         let stop = serving.stop_signal();
         serving.spawn("leader duties", leader::run(cell.clone(), Duration::from_millis(cfg.checkpoint_interval_ms), stop.clone()));

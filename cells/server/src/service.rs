@@ -6,7 +6,7 @@ use crate::cell::{cell_status, wall_clock_ms, Cell};
 use crate::clock::Renewal;
 use crate::convert::{self, invalid, lock_name, mode_from, request_id, shard_ref};
 use crate::machine::WaitResult;
-use holdfast_cell_state::{CellError, Command, DequeueReason, Outcome};
+use holdfast_cell_state::{CellError, Command, DequeueReason, Outcome, MAX_REASON_BYTES};
 use holdfast_core::{ErrorCode, FencingToken, Revision, SessionId};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_server::LockService;
@@ -76,11 +76,12 @@ impl LockApi {
     }
 
     /// One KeepAlive message answered.
-    async fn renew_message(&self, msg: pb::KeepAliveRequest) -> Result<pb::KeepAliveResponse, Status> {
+    async fn renew_message(&self, ctx: &CallContext, msg: pb::KeepAliveRequest) -> Result<pb::KeepAliveResponse, Status> {
         let session = SessionId(msg.session_id);
         if let Some(refusal) = self.moved_on(session, msg.shard) {
             return Err(refusal);
         }
+        self.cell.check_session_owner(ctx, session)?;
         let ttl = self.renew(session).await?;
         Ok(pb::KeepAliveResponse { session_id: session.0, ttl_remaining_ms: ttl })
     }
@@ -121,13 +122,19 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 #[tonic::async_trait]
 impl LockService for LockApi {
     async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Result<Response<pb::CreateSessionResponse>, Status> {
+        // Bound to whoever proves who they are; on an `--insecure` cell, to nobody.
+        let owner = CallContext::from_grpc(&req).principal();
         let r = req.into_inner();
         let (shard, _) = shard_ref(r.shard)?;
         let leader = self.cell.assume_leader()?;
         self.cell.may_grant(&shard)?;
         for _ in 0..5 {
             let session = SessionId(rand::random::<u64>().max(1));
-            let cmd = Command::CreateSession { shard: shard.clone(), session, ttl_ms: r.ttl_ms, label: r.client_label.clone() };
+            let (key, ttl_ms, label) = (shard.clone(), r.ttl_ms, r.client_label.clone());
+            let cmd = match owner.clone() {
+                Some(owner) => Command::CreateOwnedSession { shard: key, session, ttl_ms, label, owner },
+                None => Command::CreateSession { shard: key, session, ttl_ms, label },
+            };
             match self.cell.propose(leader, cmd).await? {
                 Ok(Outcome::SessionCreated { session, ttl_ms }) => {
                     info!(session = %session, shard = %shard, ttl_ms, "session created");
@@ -149,6 +156,7 @@ impl LockService for LockApi {
     /// caller — a gateway forwarding an HTTP renewal included — acts on. Later
     /// refusals end the stream as its last message.
     async fn keep_alive(&self, req: Request<Streaming<pb::KeepAliveRequest>>) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let ctx = CallContext::from_grpc(&req);
         let mut inbound = req.into_inner();
         let first = match tokio::time::timeout(FIRST_RENEWAL_WITHIN, inbound.next()).await {
             Ok(Some(Ok(m))) => m,
@@ -156,7 +164,7 @@ impl LockService for LockApi {
             Ok(None) => return Err(invalid("empty KeepAlive stream: send the session id first")),
             Err(_) => return Err(invalid(format!("no renewal within {} ms of opening the KeepAlive stream", FIRST_RENEWAL_WITHIN.as_millis()))),
         };
-        let first = self.renew_message(first).await?;
+        let first = self.renew_message(&ctx, first).await?;
         let (tx, rx) = mpsc::channel(8);
         let _ = tx.send(Ok(first)).await;
         let api = self.clone();
@@ -168,7 +176,7 @@ impl LockService for LockApi {
                     _ = tx.closed() => return,
                 };
                 let Some(Ok(msg)) = msg else { return };
-                let reply = api.renew_message(msg).await;
+                let reply = api.renew_message(&ctx, msg).await;
                 let end = reply.is_err();
                 if tx.send(reply).await.is_err() || end {
                     return;
@@ -179,8 +187,10 @@ impl LockService for LockApi {
     }
 
     async fn close_session(&self, req: Request<pb::CloseSessionRequest>) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        let ctx = CallContext::from_grpc(&req);
         let session = SessionId(req.into_inner().session_id);
         let leader = self.cell.assume_leader()?;
+        self.cell.check_session_owner(&ctx, session)?;
         match self.cell.propose(leader, Command::CloseSession { session }).await? {
             Ok(_) => Ok(Response::new(pb::CloseSessionResponse {})),
             Err(e) => Err(cell_status(&e)),
@@ -189,6 +199,7 @@ impl LockService for LockApi {
 
     async fn acquire(&self, req: Request<pb::AcquireRequest>) -> Result<Response<pb::AcquireResponse>, Status> {
         let started = Instant::now();
+        let ctx = CallContext::from_grpc(&req);
         let r = req.into_inner();
         let (shard, epoch) = shard_ref(r.shard)?;
         let name = lock_name(r.name)?;
@@ -200,6 +211,7 @@ impl LockService for LockApi {
             return Err(invalid(format!("wait_timeout_ms {} exceeds {} ms", r.wait_timeout_ms, MAX_WAIT.as_millis())));
         }
         let leader = self.cell.assume_leader()?;
+        self.cell.check_session_owner(&ctx, session)?;
         if let Err(e) = self.cell.may_grant(&shard) {
             let result = Err(e);
             crate::metrics::acquire_answered(&shard.ns, started, &result);
@@ -255,10 +267,15 @@ impl LockService for LockApi {
     }
 
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let ctx = CallContext::from_grpc(&req);
         let r = req.into_inner();
         let (shard, _) = shard_ref(r.shard)?;
         let name = lock_name(r.name)?;
         let leader = self.cell.assume_leader()?;
+        // Only the holder's own identity releases a hold (an administrator breaks it).
+        if let Some(session) = self.cell.group.state().read(|m| m.state().holder_session(&shard, &name, FencingToken(r.token))) {
+            self.cell.check_session_owner(&ctx, session)?;
+        }
         // A release hands the lock to the next waiter: a grant like any other.
         self.cell.may_grant(&shard)?;
         match self.cell.propose(leader, Command::Release { shard, name, token: FencingToken(r.token) }).await? {
@@ -330,6 +347,7 @@ impl LockService for LockApi {
                     holds: s.holds as u32,
                     waits: s.waits as u32,
                     created_unix_ms: s.created_at_unix_ms,
+                    owner: s.owner.unwrap_or_default(),
                 })
                 .collect(),
         }))
@@ -405,11 +423,17 @@ impl LockService for LockApi {
     }
 
     async fn break_lock(&self, req: Request<pb::BreakLockRequest>) -> Result<Response<pb::BreakLockResponse>, Status> {
-        let by = CallContext::from_grpc(&req).identity();
+        let ctx = CallContext::from_grpc(&req);
+        let by = ctx.identity();
         let r = req.into_inner();
         let (shard, _) = shard_ref(r.shard)?;
         let name = lock_name(r.name)?;
+        if r.reason.trim().is_empty() || r.reason.len() > MAX_REASON_BYTES {
+            return Err(invalid(format!("break-lock needs a reason of 1 to {MAX_REASON_BYTES} bytes; it is audited")));
+        }
         let leader = self.cell.assume_leader()?;
+        // Written ahead: a break the durable audit log does not record does not happen.
+        self.cell.audit(&ctx, "break_lock", format!("{shard} lock {name}: {}", r.reason)).await?;
         let cmd = Command::BreakLock { shard: shard.clone(), name: name.clone(), by: by.clone(), reason: r.reason.clone() };
         match self.cell.propose(leader, cmd).await? {
             Ok(Outcome::Broken { floor, ended }) => {

@@ -75,7 +75,7 @@ impl World {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(n) = self.registry.iter().find(|n| n.leads()) {
-                let ch = holdfast_rpc::Transport::default().connect(&n.client_addr().to_string()).await.unwrap();
+                let ch = holdfast_rpc::Transport::insecure().connect(&n.client_addr().to_string()).await.unwrap();
                 return RegistryServiceClient::new(ch);
             }
             assert!(Instant::now() < deadline, "no registry leader");

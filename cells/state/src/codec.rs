@@ -10,38 +10,53 @@ const SNAPSHOT_MAGIC: &[u8; 4] = b"HFCS";
 const ENTRY_MAGIC: &[u8; 4] = b"HFCE";
 const APPLIED_MAGIC: &[u8; 4] = b"HFCA";
 /// Bump on any change to the serialized types; keep a reader for the old one.
-pub const FORMAT_VERSION: u16 = 1;
+/// 2: snapshots carry the sessions' owners after the rest. Log entries and apply
+/// results are unchanged from 1 but for a variant appended to `Command`, which
+/// version 1 entries never hold: they are still written and read as version 1.
+pub const FORMAT_VERSION: u16 = 2;
+const RECORD_VERSION: u16 = 1;
 
 pub use holdfast_core::codec::CodecError;
-use holdfast_core::codec::{decode_versioned, encode_versioned};
+use holdfast_core::codec::{decode_versioned, encode_versioned, version_of};
+use holdfast_core::SessionId;
+use std::collections::BTreeMap;
 
 impl CellState {
     /// A snapshot of the whole state; [`CellState::restore`] gives back an equal state.
     pub fn snapshot(&self) -> Vec<u8> {
-        encode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, self)
+        encode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, &(self, &self.owners))
     }
 
+    /// Reads a snapshot of this version or of version 1 (no owners: none).
     pub fn restore(bytes: &[u8]) -> Result<CellState, CodecError> {
-        decode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, "cell snapshot", bytes)
+        const WHAT: &str = "cell snapshot";
+        match version_of(SNAPSHOT_MAGIC, WHAT, bytes)? {
+            1 => decode_versioned(SNAPSHOT_MAGIC, 1, WHAT, bytes),
+            _ => {
+                let (mut state, owners): (CellState, BTreeMap<SessionId, String>) = decode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, WHAT, bytes)?;
+                state.owners = owners;
+                Ok(state)
+            }
+        }
     }
 }
 
 impl Entry {
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(ENTRY_MAGIC, FORMAT_VERSION, self)
+        encode_versioned(ENTRY_MAGIC, RECORD_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Entry, CodecError> {
-        decode_versioned(ENTRY_MAGIC, FORMAT_VERSION, "cell log entry", bytes)
+        decode_versioned(ENTRY_MAGIC, RECORD_VERSION, "cell log entry", bytes)
     }
 }
 
 impl Applied {
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(APPLIED_MAGIC, FORMAT_VERSION, self)
+        encode_versioned(APPLIED_MAGIC, RECORD_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Applied, CodecError> {
-        decode_versioned(APPLIED_MAGIC, FORMAT_VERSION, "cell apply result", bytes)
+        decode_versioned(APPLIED_MAGIC, RECORD_VERSION, "cell apply result", bytes)
     }
 }

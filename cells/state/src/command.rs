@@ -74,6 +74,11 @@ pub enum Command {
     LiftLockDelay { shard: ShardKey, name: LockName },
     /// Admin: end every hold of a lock, audited.
     BreakLock { shard: ShardKey, name: LockName, by: String, reason: String },
+
+    // ---- new variants go last: entries written before them decode unchanged
+    /// `CreateSession` by an authenticated caller: the session is bound to `owner`, and
+    /// only `owner` may renew, use or close it (the cell checks, docs/security.md).
+    CreateOwnedSession { shard: ShardKey, session: SessionId, ttl_ms: u64, label: String, owner: String },
 }
 
 impl Command {
@@ -83,7 +88,7 @@ impl Command {
             Command::ApplyConfig { .. } => "apply_config",
             Command::AdoptShard { .. } => "adopt_shard",
             Command::SealShard { .. } => "seal_shard",
-            Command::CreateSession { .. } => "create_session",
+            Command::CreateSession { .. } | Command::CreateOwnedSession { .. } => "create_session",
             Command::CloseSession { .. } => "close_session",
             Command::ExpireSession { .. } => "expire_session",
             Command::Checkpoint { .. } => "checkpoint",

@@ -20,7 +20,8 @@ mod state;
 
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{Command, Entry};
+pub use locks::MAX_REASON_BYTES;
 pub use outcome::{Applied, CellError, DequeueReason, Event, EventKind, Outcome};
 pub use reads::{Compacted, HolderView, LockView, NamespaceStats, SessionView, ShardView, WaiterView};
-pub use sessions::MAX_LABEL_BYTES;
+pub use sessions::{MAX_HOLDS_AND_WAITS_PER_SESSION, MAX_LABEL_BYTES, MAX_OWNER_BYTES};
 pub use state::{BreakRecord, CellState, AUDIT_CAP, ENDED_HOLDS_CAP, ENDED_REQUESTS_PER_SESSION, ENDED_SESSIONS_CAP, HISTORY_CAP};

@@ -2,6 +2,10 @@
 //! the leader's timers (wait timeout, max hold, lock-delay) and BreakLock.
 
 use crate::outcome::{CellError, DequeueReason, EventKind, Outcome};
+use crate::sessions::{MAX_HOLDS_AND_WAITS_PER_SESSION, MAX_OWNER_BYTES};
+
+/// Longest reason a break-lock may give (it is audited).
+pub const MAX_REASON_BYTES: usize = 512;
 use crate::state::{compatible, next_token, BreakRecord, CellState, Ctx, RequestRecord, Waiter, AUDIT_CAP};
 use holdfast_core::{validate_value, EndReason, Epoch, FencingToken, LockName, Mode, RequestId, SessionId, ShardKey};
 
@@ -49,6 +53,10 @@ impl CellState {
             });
         }
 
+        let sess = &self.sessions[&a.session];
+        if sess.holds.len() + sess.waits.len() >= MAX_HOLDS_AND_WAITS_PER_SESSION {
+            return Err(CellError::QuotaExceeded { what: format!("holds and waits of session {}", a.session), limit: MAX_HOLDS_AND_WAITS_PER_SESSION as u64 });
+        }
         validate_value(a.value).map_err(|e| CellError::InvalidArgument(e.to_string()))?;
         if a.value.len() > max_value as usize {
             return Err(CellError::QuotaExceeded { what: "value bytes".into(), limit: u64::from(max_value) });
@@ -153,6 +161,9 @@ impl CellState {
         }
         if reason.trim().is_empty() {
             return Err(CellError::InvalidArgument("break-lock needs a reason; it is audited".into()));
+        }
+        if by.len() > MAX_OWNER_BYTES || reason.len() > MAX_REASON_BYTES {
+            return Err(CellError::InvalidArgument(format!("break-lock: identity at most {MAX_OWNER_BYTES} bytes, reason at most {MAX_REASON_BYTES}")));
         }
         let shard = self.serving_shard(key, None)?;
         let holders: Vec<(SessionId, FencingToken)> =

@@ -60,6 +60,8 @@ pub struct SessionView {
     pub holds: usize,
     pub waits: usize,
     pub created_at_unix_ms: u64,
+    /// The identity the session is bound to, if it was created by an authenticated one.
+    pub owner: Option<String>,
 }
 
 /// A shard as this cell serves it.
@@ -148,7 +150,13 @@ impl CellState {
             holds: s.holds.len(),
             waits: s.waits.len(),
             created_at_unix_ms: s.created_at_ms,
+            owner: self.owners.get(&id).cloned(),
         })
+    }
+
+    /// The session holding `token` on the lock, if that hold is current.
+    pub fn holder_session(&self, key: &ShardKey, name: &LockName, token: FencingToken) -> Option<SessionId> {
+        self.shards.get(key)?.locks.get(name)?.holders.get(&token).map(|h| h.session)
     }
 
     /// Every live session: (id, ttl, checkpointed remaining TTL). A new leader starts

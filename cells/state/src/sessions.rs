@@ -8,9 +8,25 @@ use holdfast_core::{EndReason, SessionId, ShardKey, MAX_SHORT_NAME_BYTES};
 
 /// Longest label a client may attach to a session.
 pub const MAX_LABEL_BYTES: usize = 4 * MAX_SHORT_NAME_BYTES;
+/// Longest identity a session is bound to (`user:` or `token:` and a 64-byte name, or a
+/// node's name).
+pub const MAX_OWNER_BYTES: usize = 128;
+/// Holds and waits one session may have at once, across every lock: a session cannot
+/// make its cell keep more than this for it, whatever its namespace's quotas.
+pub const MAX_HOLDS_AND_WAITS_PER_SESSION: usize = 1_000;
 
 impl CellState {
-    pub(crate) fn create_session(&mut self, ctx: &Ctx, key: &ShardKey, session: SessionId, ttl_ms: u64, label: &str) -> Result<Outcome, CellError> {
+    // A session's fields, each its own.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_session(
+        &mut self,
+        ctx: &Ctx,
+        key: &ShardKey,
+        session: SessionId,
+        ttl_ms: u64,
+        label: &str,
+        owner: Option<&String>,
+    ) -> Result<Outcome, CellError> {
         let config = self.config(&key.ns)?;
         let (lo, hi, max_sessions) = (config.ttl_min_ms, config.ttl_max_ms, config.quotas.max_sessions);
         self.serving_shard(key, None)?;
@@ -19,6 +35,9 @@ impl CellState {
         }
         if label.len() > MAX_LABEL_BYTES {
             return Err(CellError::InvalidArgument(format!("session label is {} bytes; at most {MAX_LABEL_BYTES}", label.len())));
+        }
+        if let Some(owner) = owner.filter(|o| o.is_empty() || o.len() > MAX_OWNER_BYTES) {
+            return Err(CellError::InvalidArgument(format!("session owner is {} bytes; 1 to {MAX_OWNER_BYTES}", owner.len())));
         }
         if session.0 == 0 || self.sessions.contains_key(&session) || self.ended_sessions.iter().any(|(id, _)| *id == session) {
             // The leader picks ids at random; it retries with another on this answer.
@@ -41,6 +60,9 @@ impl CellState {
                 ended_requests: Default::default(),
             },
         );
+        if let Some(owner) = owner {
+            self.owners.insert(session, owner.clone());
+        }
         Ok(Outcome::SessionCreated { session, ttl_ms })
     }
 
@@ -60,6 +82,7 @@ impl CellState {
             self.end_hold(ctx, key, name, *token, reason);
         }
         self.sessions.remove(&session);
+        self.owners.remove(&session);
         self.requests.retain(|(s, _), _| *s != session);
         if self.ended_sessions.len() == ENDED_SESSIONS_CAP {
             self.ended_sessions.pop_front();

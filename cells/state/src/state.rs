@@ -41,6 +41,12 @@ pub struct CellState {
     /// a planted cell is started with it.
     #[serde(skip)]
     pub(crate) planted_token_reuse: bool,
+    /// The identity each live session was created by (sessions created by an
+    /// unauthenticated caller, on an `--insecure` cell, have none). Outside the serde of
+    /// this struct: a snapshot carries it next to the rest (format version 2), so a
+    /// version 1 snapshot, written before it existed, still loads (with none).
+    #[serde(skip)]
+    pub(crate) owners: BTreeMap<SessionId, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,7 +156,8 @@ impl CellState {
             Command::ApplyConfig { config } => self.apply_config(config),
             Command::AdoptShard { shard, epoch, delayed_locks } => self.adopt_shard(&mut ctx, shard, *epoch, delayed_locks),
             Command::SealShard { shard, epoch } => self.seal_shard(&mut ctx, shard, *epoch),
-            Command::CreateSession { shard, session, ttl_ms, label } => self.create_session(&ctx, shard, *session, *ttl_ms, label),
+            Command::CreateSession { shard, session, ttl_ms, label } => self.create_session(&ctx, shard, *session, *ttl_ms, label, None),
+            Command::CreateOwnedSession { shard, session, ttl_ms, label, owner } => self.create_session(&ctx, shard, *session, *ttl_ms, label, Some(owner)),
             Command::CloseSession { session } => self.end_session(&mut ctx, *session, EndReason::Released),
             Command::ExpireSession { session } => self.end_session(&mut ctx, *session, EndReason::Expired),
             Command::Checkpoint { sessions } => self.checkpoint(sessions),

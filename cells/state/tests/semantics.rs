@@ -455,3 +455,54 @@ fn max_hold_with_a_waiter_waits_out_the_lock_delay() {
     let applied = c.apply(Command::EndHold { shard: key(), name: name("a"), token: ta });
     assert!(applied.events.iter().all(|e| !matches!(e.kind, EventKind::Acquired { .. })), "granted during lock-delay: {applied:?}");
 }
+
+#[test]
+fn a_session_remembers_its_owner_through_snapshots_until_it_ends() {
+    let mut c = Cell::new(0);
+    let owned = SessionId(7);
+    c.ok(Command::CreateOwnedSession { shard: key(), session: owned, ttl_ms: 3_000, label: "w".into(), owner: "user:alice".into() });
+    let anonymous = c.session(8);
+    assert_eq!(c.state.session(owned).unwrap().owner.as_deref(), Some("user:alice"));
+    assert_eq!(c.state.session(anonymous).unwrap().owner, None, "an unauthenticated session is bound to nobody");
+    let t = c.grant(owned, "a", "r1");
+    assert_eq!(c.state.holder_session(&key(), &name("a"), t), Some(owned));
+    assert_eq!(c.state.holder_session(&key(), &name("a"), FencingToken(t.0 + 1)), None);
+    let restored = CellState::restore(&c.state.snapshot()).unwrap();
+    assert_eq!(restored, c.state);
+    assert_eq!(restored.session(owned).unwrap().owner.as_deref(), Some("user:alice"), "the owner survives a snapshot");
+    c.ok(Command::CloseSession { session: owned });
+    assert_eq!(CellState::restore(&c.state.snapshot()).unwrap(), c.state, "and leaves with its session");
+    let long = "u".repeat(holdfast_cell_state::MAX_OWNER_BYTES + 1);
+    let err = c.refused(Command::CreateOwnedSession { shard: key(), session: SessionId(9), ttl_ms: 3_000, label: String::new(), owner: long });
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+}
+
+#[test]
+fn a_version_1_snapshot_still_loads_with_no_owners() {
+    // Written the way version 1 wrote a snapshot: the state alone.
+    let mut c = Cell::new(0);
+    let s = c.session(1);
+    c.grant(s, "a", "r1");
+    let v1 = holdfast_core::codec::encode_versioned(b"HFCS", 1, &c.state);
+    assert_eq!(CellState::restore(&v1).unwrap(), c.state);
+}
+
+#[test]
+fn one_session_cannot_hold_and_wait_beyond_its_cap() {
+    use holdfast_cell_state::MAX_HOLDS_AND_WAITS_PER_SESSION as CAP;
+    let mut cfg = config(0);
+    cfg.quotas.max_keys = 10 * CAP as u32;
+    let mut c = Cell::with_config(cfg);
+    let (greedy, other) = (c.session(1), c.session(2));
+    // Half holds, half waits behind another session's holds.
+    for i in 0..CAP / 2 {
+        c.grant(greedy, &format!("h{i}"), &format!("h{i}"));
+        c.grant(other, &format!("w{i}"), &format!("w{i}"));
+        assert!(matches!(c.acquire(greedy, &format!("w{i}"), Mode::Exclusive, &format!("w{i}"), true), Outcome::Queued { .. }));
+    }
+    let over = c.acquire_cmd(greedy, "one-more", Mode::Exclusive, "x", false);
+    assert_eq!(c.refused(over).code(), ErrorCode::QuotaExceeded);
+    let over = c.acquire_cmd(greedy, "w0", Mode::Exclusive, "w0", true);
+    assert!(matches!(c.apply(over).result, Ok(Outcome::Queued { .. })), "a retry of what it already asked for is still answered");
+    c.grant(other, "free-for-others", "r");
+}

@@ -11,7 +11,7 @@ use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::raft::v1 as rpb;
 use holdfast_proto::registry::v1 as gpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
-use holdfast_rpc::Channel;
+use holdfast_rpc::{Channel, Transport};
 use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
@@ -55,27 +55,27 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-pub async fn metrics(raft_addr: &str) -> Result<rpb::MetricsResponse, String> {
-    let mut c = admin(raft_addr).await?;
+pub async fn metrics(t: &Transport, raft_addr: &str) -> Result<rpb::MetricsResponse, String> {
+    let mut c = admin(t, raft_addr).await?;
     c.metrics(rpb::MetricsRequest {}).await.map(|r| r.into_inner()).map_err(|s| s.message().to_owned())
 }
 
 /// Forms a Raft group (registry or cell) from `nodes` unless it already has a log, and
 /// waits until a leader is known. Returns the leader's client address.
-pub async fn form_group(sup: &Supervisor, what: &str, nodes: &[&NodeSpec]) -> Result<String, String> {
+pub async fn form_group(sup: &Supervisor, t: &Transport, what: &str, nodes: &[&NodeSpec]) -> Result<String, String> {
     let mut formed = false;
     for n in nodes {
-        let m = until(sup, &n.name, &format!("{} to answer RaftAdmin on {}", n.name, n.raft), || metrics(&n.raft)).await?;
+        let m = until(sup, &n.name, &format!("{} to answer RaftAdmin on {}", n.name, n.raft), || metrics(t, &n.raft)).await?;
         formed |= m.has_log;
     }
     if !formed {
         let members = nodes.iter().map(|n| rpb::Member { node_id: n.node_id, raft_addr: n.raft.clone(), client_addr: n.client.clone() }).collect();
         info!(group = what, "initializing");
-        admin(&nodes[0].raft).await?.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize {what}: {}", s.message()))?;
+        admin(t, &nodes[0].raft).await?.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize {what}: {}", s.message()))?;
     }
     until(sup, &nodes[0].name, &format!("{what} to elect a leader"), || async {
         for n in nodes {
-            if let Ok(m) = metrics(&n.raft).await {
+            if let Ok(m) = metrics(t, &n.raft).await {
                 if m.has_leader && !m.leader_client_addr.is_empty() {
                     return Ok(m.leader_client_addr);
                 }
@@ -86,8 +86,8 @@ pub async fn form_group(sup: &Supervisor, what: &str, nodes: &[&NodeSpec]) -> Re
     .await
 }
 
-async fn registry_client(leader: &str) -> Result<RegistryServiceClient<Channel>, String> {
-    Ok(RegistryServiceClient::new(crate::remote::connect(leader).await?))
+async fn registry_client(t: &Transport, leader: &str) -> Result<RegistryServiceClient<Channel>, String> {
+    Ok(RegistryServiceClient::new(crate::remote::connect(t, leader).await?))
 }
 
 /// Runs a registry write until it succeeds or reports the record already exists
@@ -101,8 +101,9 @@ where
     let end = Instant::now() + WAIT;
     loop {
         let attempt = async {
-            let leader = form_leader(&voters).await?;
-            match call(registry_client(&leader).await?).await {
+            let t = layout.transport()?;
+            let leader = form_leader(t, &voters).await?;
+            match call(registry_client(t, &leader).await?).await {
                 Ok(_) => Ok(()),
                 Err(s) if s.message().contains("already") => Ok(()),
                 Err(s) => Err(s.message().to_owned()),
@@ -122,9 +123,9 @@ where
     Ok(())
 }
 
-async fn form_leader(voters: &[&NodeSpec]) -> Result<String, String> {
+async fn form_leader(t: &Transport, voters: &[&NodeSpec]) -> Result<String, String> {
     for n in voters {
-        if let Ok(m) = metrics(&n.raft).await {
+        if let Ok(m) = metrics(t, &n.raft).await {
             if m.has_leader && !m.leader_client_addr.is_empty() {
                 return Ok(m.leader_client_addr);
             }
@@ -174,10 +175,11 @@ pub async fn records(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
     .await
 }
 
-/// The HTTP status of `GET path` on `addr`, over a bare HTTP/1.1 connection.
-pub async fn http_status(addr: &str, path: &str) -> Result<u16, String> {
+/// The HTTP status of `GET path` on `addr`, over a bare HTTP/1.1 connection (TLS
+/// when the playground has it).
+pub async fn http_status(t: &Transport, addr: &str, path: &str) -> Result<u16, String> {
     let work = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let mut s = t.stream(addr).await.map_err(|e| e.to_string())?;
         s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.map_err(|e| e.to_string())?;
         let mut head = [0u8; 12];
         s.read_exact(&mut head).await.map_err(|e| e.to_string())?;
@@ -187,12 +189,13 @@ pub async fn http_status(addr: &str, path: &str) -> Result<u16, String> {
     tokio::time::timeout(Duration::from_secs(3), work).await.map_err(|_| "no answer within 3s".to_owned())?
 }
 
-/// Waits until every gateway's /readyz answers 200 (it has listed placement).
+/// Waits until every gateway's /readyz answers 200 (it has listed placement and, with
+/// TLS, fetched the access policy).
 pub async fn gateways_ready(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
     for r in &layout.regions {
         let g = &r.gateway;
         until(sup, &g.name, &format!("{} /readyz", g.name), || async {
-            match http_status(&g.http, "/readyz").await? {
+            match http_status(layout.transport()?, &g.http, "/readyz").await? {
                 200 => Ok(()),
                 other => Err(format!("HTTP {other}")),
             }
@@ -211,7 +214,7 @@ pub async fn demo_shard_served(sup: &Supervisor, layout: &Layout) -> Result<(), 
     for r in &layout.regions {
         let g = &r.gateway;
         until(sup, &g.name, &format!("{} to serve {DEMO_NS}/{DEMO_SHARD}", g.name), || async {
-            match http_status(&g.http, &path).await? {
+            match http_status(layout.transport()?, &g.http, &path).await? {
                 200 => Ok(()),
                 other => Err(format!("HTTP {other}")),
             }
@@ -227,14 +230,14 @@ pub async fn take_demo_lock(sup: &Supervisor, layout: &Layout) -> Result<u64, St
     let g = &layout.regions[0].gateway;
     let shard = Some(pb::ShardRef::named(DEMO_NS, DEMO_SHARD));
     let session = until(sup, &g.name, "a session through the gateway", || async {
-        let ch = crate::remote::connect(&g.grpc).await?;
+        let ch = crate::remote::connect(layout.transport()?, &g.grpc).await?;
         let req = pb::CreateSessionRequest { shard: shard.clone(), ttl_ms: 10_000, client_label: "holdfast dev --once".into() };
         LockServiceClient::new(ch).create_session(req).await.map(|r| r.into_inner().session_id).map_err(|s| s.message().to_owned())
     })
     .await?;
     let request_id = format!("dev-once-{}", std::process::id());
     until(sup, &g.name, "a lock through the gateway", || async {
-        let ch = crate::remote::connect(&g.grpc).await?;
+        let ch = crate::remote::connect(layout.transport()?, &g.grpc).await?;
         let req = pb::AcquireRequest {
             shard: shard.clone(),
             name: "dev-once".into(),

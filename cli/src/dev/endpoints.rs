@@ -23,8 +23,18 @@ pub struct Endpoints {
     pub demo: Demo,
     /// `None` unless started with `--netns`.
     pub netns: Option<Netns>,
+    /// Where root's client certificate is; `None` when started with `--insecure`.
+    #[serde(default)]
+    pub tls: Option<Tls>,
     /// In the playground's order (east first).
     pub regions: IndexMap<String, RegionEndpoints>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tls {
+    /// `ca.crt`, `client.root.crt` and `client.root.key`; node certificates under
+    /// `nodes/<name>/`.
+    pub certs_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -139,7 +149,16 @@ impl Endpoints {
             registry_endpoints: layout.registry_endpoints(None),
             demo,
             netns,
+            tls: (!layout.insecure).then(|| Tls { certs_dir: super::certs::dir(&layout.data_dir) }),
             regions,
+        }
+    }
+
+    /// The command line's TLS settings for this playground: root's certificate.
+    pub fn client_tls(&self) -> crate::remote::ClientTls {
+        match &self.tls {
+            Some(t) => crate::remote::ClientTls { certs_dir: Some(t.certs_dir.clone()), user: "root".into(), insecure: false },
+            None => crate::remote::ClientTls { certs_dir: None, user: "root".into(), insecure: true },
         }
     }
 

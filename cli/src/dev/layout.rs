@@ -33,6 +33,10 @@ pub struct Settings {
     /// files: false.
     #[serde(default)]
     pub netns: bool,
+    /// Plaintext, no certificates (`--insecure`). Absent in older dev.json files:
+    /// false (TLS).
+    #[serde(default)]
+    pub insecure: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -41,6 +45,11 @@ pub struct Layout {
     pub regions: Vec<RegionLayout>,
     /// `--netns`: the bridge and each region's namespace, veth pair and address.
     pub netns: Option<NetnsLayout>,
+    /// Plaintext (`--insecure`), or mutual TLS with the certificates under `certs/`.
+    pub insecure: bool,
+    /// How the supervisor itself calls the playground (root's certificate), made on
+    /// first use: the certificates exist only once `certs::ensure` ran.
+    transport: std::sync::Arc<std::sync::OnceLock<holdfast_rpc::Transport>>,
 }
 
 /// Names and addresses of a `--netns` playground, all derived from the base port:
@@ -170,7 +179,42 @@ impl Layout {
                 }
             })
             .collect();
-        Ok(Layout { data_dir: data_dir.to_owned(), regions, netns })
+        Ok(Layout { data_dir: data_dir.to_owned(), regions, netns, insecure: s.insecure, transport: Default::default() })
+    }
+
+    /// Every process's name and the host it listens on.
+    pub fn processes(&self) -> Vec<(String, String)> {
+        let host = |addr: &str| addr.rsplit_once(':').map_or(addr.to_owned(), |(h, _)| h.to_owned());
+        let mut out = Vec::new();
+        for r in &self.regions {
+            out.push((r.gateway.name.clone(), host(&r.gateway.grpc)));
+            out.push((r.registry.name.clone(), host(&r.registry.client)));
+            out.extend(r.cell.nodes.iter().map(|n| (n.name.clone(), host(&n.client))));
+        }
+        out
+    }
+
+    /// The flags that give process `name` its certificates (or plaintext).
+    pub fn tls_args(&self, name: &str) -> Vec<String> {
+        if self.insecure {
+            vec!["--insecure".into()]
+        } else {
+            vec!["--certs-dir".into(), super::certs::node_dir(&self.data_dir, name).display().to_string()]
+        }
+    }
+
+    /// The command line's TLS settings for this playground: root's certificate.
+    pub fn client_tls(&self) -> crate::remote::ClientTls {
+        crate::remote::ClientTls { certs_dir: Some(super::certs::dir(&self.data_dir)), user: "root".into(), insecure: self.insecure }
+    }
+
+    /// How the supervisor calls the playground.
+    pub fn transport(&self) -> Result<&holdfast_rpc::Transport, String> {
+        if let Some(t) = self.transport.get() {
+            return Ok(t);
+        }
+        let t = holdfast_rpc::Transport::new(holdfast_rpc::TransportOptions::default(), self.client_tls().security()?);
+        Ok(self.transport.get_or_init(|| t))
     }
 
     pub fn registry_nodes(&self) -> impl Iterator<Item = &NodeSpec> {
@@ -237,7 +281,7 @@ mod tests {
 
     #[test]
     fn ports_are_fixed_by_the_base_and_never_collide() {
-        let s = Settings { version: 1, base_port: 7000, regions: 3, initialized: false, netns: false };
+        let s = Settings { version: 1, base_port: 7000, regions: 3, initialized: false, netns: false, insecure: false };
         let l = Layout::new(Path::new("/d"), s).unwrap();
         assert_eq!(l.regions[1].gateway.grpc, "127.0.0.1:7020");
         assert_eq!(l.regions[2].cell.nodes[2].metrics.as_deref(), Some("127.0.0.1:7052"));
@@ -260,7 +304,7 @@ mod tests {
 
     #[test]
     fn netns_names_and_addresses_come_from_the_base_port() {
-        let s = Settings { version: 1, base_port: 7000, regions: 3, initialized: false, netns: true };
+        let s = Settings { version: 1, base_port: 7000, regions: 3, initialized: false, netns: true, insecure: false };
         let l = Layout::new(Path::new("/d"), s).unwrap();
         let n = l.netns.as_ref().unwrap();
         assert_eq!((n.bridge.as_str(), n.bridge_ip.as_str()), ("hf7000br", "10.27.88.254"));

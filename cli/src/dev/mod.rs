@@ -9,6 +9,7 @@
 //! registry's records on a first start and waits for readiness.
 
 mod bootstrap;
+pub mod certs;
 pub mod endpoints;
 mod layout;
 mod netns;
@@ -54,6 +55,11 @@ pub struct DevArgs {
     /// directory created with it keeps it.
     #[arg(long)]
     netns: bool,
+    /// Plaintext and no authentication on every port, instead of mutual TLS with the
+    /// certificates the playground makes under `<data-dir>/certs`. A data directory
+    /// created with it keeps it.
+    #[arg(long)]
+    insecure: bool,
     /// Start every cell node with a planted bug (`token-reuse`), for proving a drill's
     /// checker; debug builds only. Not remembered in dev.json.
     #[arg(long, hide = true)]
@@ -74,17 +80,20 @@ pub async fn run(a: DevArgs) -> Result<(), String> {
         Some(d) => d,
         None => {
             // Refuse bad flags before leaving a directory behind.
-            defaults(a.base_port, a.regions, a.netns).validate()?;
+            defaults(a.base_port, a.regions, a.netns, a.insecure).validate()?;
             fresh_dir()?
         }
     };
     std::fs::create_dir_all(&data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
     let data_dir = data_dir.canonicalize().map_err(|e| format!("{}: {e}", data_dir.display()))?;
-    let settings = settings(&data_dir, a.base_port, a.regions, a.netns)?;
+    let settings = settings(&data_dir, a.base_port, a.regions, a.netns, a.insecure)?;
     if settings.netns && !a.netns {
         netns::preflight()?;
     }
     let layout = Layout::new(&data_dir, settings)?;
+    if !layout.insecure {
+        certs::ensure(&layout)?;
+    }
     // Stale pids are dangerous to a drill (a pid may be reused): endpoints.json exists
     // only while this deployment is up and ready.
     let _ = std::fs::remove_file(layout.endpoints_file());
@@ -164,26 +173,27 @@ fn fresh_dir() -> Result<PathBuf, String> {
 /// `--netns` given to a directory created without it is refused; a directory created
 /// with it keeps it whether or not the flag is repeated (its members' addresses are the
 /// namespaces' addresses).
-fn settings(data_dir: &Path, base_port: Option<u16>, regions: Option<usize>, netns: bool) -> Result<Settings, String> {
+fn settings(data_dir: &Path, base_port: Option<u16>, regions: Option<usize>, netns: bool, insecure: bool) -> Result<Settings, String> {
     match Settings::read(data_dir)? {
         Some(s) => {
-            if base_port.is_some_and(|p| p != s.base_port) || regions.is_some_and(|r| r != s.regions) || (netns && !s.netns) {
+            if base_port.is_some_and(|p| p != s.base_port) || regions.is_some_and(|r| r != s.regions) || (netns && !s.netns) || (insecure && !s.insecure) {
                 return Err(format!(
-                    "{} was created with --base-port {} --regions {}{}: start it with those (or use a new --data-dir)",
+                    "{} was created with --base-port {} --regions {}{}{}: start it with those (or use a new --data-dir)",
                     data_dir.display(),
                     s.base_port,
                     s.regions,
                     if s.netns { " --netns" } else { " (without --netns)" },
+                    if s.insecure { " --insecure" } else { " (with TLS)" },
                 ));
             }
             Ok(s)
         }
-        None => Ok(defaults(base_port, regions, netns)),
+        None => Ok(defaults(base_port, regions, netns, insecure)),
     }
 }
 
-fn defaults(base_port: Option<u16>, regions: Option<usize>, netns: bool) -> Settings {
-    Settings { version: SETTINGS_VERSION, base_port: base_port.unwrap_or(7000), regions: regions.unwrap_or(3), initialized: false, netns }
+fn defaults(base_port: Option<u16>, regions: Option<usize>, netns: bool, insecure: bool) -> Settings {
+    Settings { version: SETTINGS_VERSION, base_port: base_port.unwrap_or(7000), regions: regions.unwrap_or(3), initialized: false, netns, insecure }
 }
 
 /// The network namespace a region's processes run in (`--netns`).
@@ -197,12 +207,14 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings, pl
         let n = &r.registry;
         let mut args = strings(&["registry", "run", "--region", &r.name]);
         args.extend(node_args(n));
+        args.extend(layout.tls_args(&n.name));
         sup.spawn(&n.name, Tier::Registry, args, netns_of(layout, &r.name))?;
     }
     for r in &layout.regions {
         for n in &r.cell.nodes {
             let mut args = strings(&["cell", "run", "--cell", &r.cell.name, "--region", &r.name, "--registry", &all_registry]);
             args.extend(node_args(n));
+            args.extend(layout.tls_args(&n.name));
             if let Some(p) = plant {
                 args.extend(strings(&["--unsafe-plant", p]));
             }
@@ -211,7 +223,7 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings, pl
     }
     for r in &layout.regions {
         let g = &r.gateway;
-        let args = strings(&[
+        let mut args = strings(&[
             "gateway",
             "run",
             "--region",
@@ -223,15 +235,17 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings, pl
             "--http-addr",
             &g.http,
         ]);
+        args.extend(layout.tls_args(&g.name));
         sup.spawn(&g.name, Tier::Gateway, args, netns_of(layout, &r.name))?;
     }
 
     println!("{}", if settings.initialized { "restarting an existing deployment" } else { "forming a new deployment" });
     let voters: Vec<&NodeSpec> = layout.registry_nodes().collect();
-    bootstrap::form_group(sup, "the registry", &voters).await?;
+    let t = layout.transport()?;
+    bootstrap::form_group(sup, t, "the registry", &voters).await?;
     for r in &layout.regions {
         let nodes: Vec<&NodeSpec> = r.cell.nodes.iter().collect();
-        bootstrap::form_group(sup, &format!("cell {}", r.cell.name), &nodes).await?;
+        bootstrap::form_group(sup, t, &format!("cell {}", r.cell.name), &nodes).await?;
     }
     if !settings.initialized {
         bootstrap::records(sup, layout).await?;
@@ -245,7 +259,16 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings, pl
     println!("endpoints: {}", layout.endpoints_file().display());
     println!("demo namespace `{DEMO_NS}`, shard `{DEMO_SHARD}` on {}; try:", layout.regions[0].cell.name);
     let http = &layout.regions[0].gateway.http;
-    println!("  curl -s -XPOST http://{http}/v1/sessions -d '{{\"ns\":\"{DEMO_NS}\",\"ttl_ms\":30000}}' -H 'content-type: application/json'");
+    let curl = if layout.insecure {
+        format!("curl -s http://{http}")
+    } else {
+        let c = certs::dir(&layout.data_dir);
+        format!("curl -s --cacert {0}/ca.crt --cert {0}/client.root.crt --key {0}/client.root.key https://{http}", c.display())
+    };
+    println!("  {curl}/v1/sessions -d '{{\"ns\":\"{DEMO_NS}\",\"ttl_ms\":30000}}' -H 'content-type: application/json'");
+    if !layout.insecure {
+        println!("  export HOLDFAST_PLAYGROUND={}   # the command line finds root's certificate there", layout.data_dir.display());
+    }
     info!("playground ready");
     Ok(())
 }
@@ -304,7 +327,7 @@ async fn wait_up(sup: &Supervisor, layout: &Layout, name: &str) -> Result<(), St
         if r.gateway.name == name {
             let http = &r.gateway.http;
             return bootstrap::until(sup, name, &format!("{name} /readyz"), || async {
-                match bootstrap::http_status(http, "/readyz").await? {
+                match bootstrap::http_status(layout.transport()?, http, "/readyz").await? {
                     200 => Ok(()),
                     other => Err(format!("HTTP {other}")),
                 }
@@ -313,7 +336,7 @@ async fn wait_up(sup: &Supervisor, layout: &Layout, name: &str) -> Result<(), St
         }
         if let Some(n) = std::iter::once(&r.registry).chain(&r.cell.nodes).find(|n| n.name == name) {
             return bootstrap::until(sup, name, &format!("{name} to answer RaftAdmin on {}", n.raft), || async {
-                bootstrap::metrics(&n.raft).await.map(|_| ())
+                bootstrap::metrics(layout.transport()?, &n.raft).await.map(|_| ())
             })
             .await;
         }
@@ -341,7 +364,8 @@ async fn once(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
     let token = bootstrap::take_demo_lock(sup, layout).await?;
     println!("lock {DEMO_NS}/{DEMO_SHARD}/dev-once taken through {}: token {token}", layout.regions[0].gateway.name);
     for r in &layout.regions {
-        let m = admin(&r.cell.nodes[0].raft).await?.metrics(rpb::MetricsRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner();
+        let m =
+            admin(layout.transport()?, &r.cell.nodes[0].raft).await?.metrics(rpb::MetricsRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner();
         println!("cell {}: leader node {} term {}", r.cell.name, m.leader_id, m.current_term);
     }
     Ok(())

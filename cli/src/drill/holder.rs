@@ -50,25 +50,28 @@ pub struct Holder {
     rec: Arc<Recorder>,
 }
 
+/// What a holder process is started with.
+#[derive(Debug, Clone)]
+pub struct HolderSpec<'a> {
+    pub gateway: &'a str,
+    /// The fenced resource's write URL.
+    pub ledger: &'a str,
+    pub ns: &'a str,
+    pub shard: &'a str,
+    pub lock: &'a str,
+    pub ttl_ms: u64,
+    pub tls: &'a crate::remote::ClientTls,
+}
+
 impl Holder {
     /// Starts the process and waits (up to `wait`) for its grant, recording it.
-    // The worker process's command line, field by field.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn start(
-        rec: Arc<Recorder>,
-        owners: &Owners,
-        gateway: &str,
-        ledger: &str,
-        ns: &str,
-        shard: &str,
-        lock: &str,
-        ttl_ms: u64,
-        wait: Duration,
-    ) -> Result<Holder, String> {
+    pub async fn start(rec: Arc<Recorder>, owners: &Owners, spec: &HolderSpec<'_>, wait: Duration) -> Result<Holder, String> {
+        let HolderSpec { gateway, ledger, ns, shard, lock, ttl_ms, tls } = spec.clone();
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let key = LockKey { ns: NamespaceName::new(ns).map_err(|e| e.to_string())?, name: LockName::new(lock).map_err(|e| e.to_string())? };
         let mut child = Command::new(exe)
             .args(["demo-worker", "--endpoint", gateway, "--ledger", ledger, "--lock", lock, "--ns", ns, "--shard", shard, "--ttl-ms", &ttl_ms.to_string()])
+            .args(tls.args())
             .env("RUST_LOG", "error")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

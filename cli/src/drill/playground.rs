@@ -35,12 +35,18 @@ pub struct Playground {
     pub supervisor_pid: u32,
     /// In the playground's order (east first).
     pub regions: Vec<Region>,
+    /// How the command line calls it: root's certificate, or plaintext.
+    pub tls: crate::remote::ClientTls,
 }
 
 impl Playground {
     /// Reads `<data-dir>/endpoints.json`; it exists only while the playground is up.
+    /// The first load of a process also sets how the drill calls the playground (its
+    /// root certificate, or plaintext): a drill process drills one playground.
     pub fn load(data_dir: &Path) -> Result<Playground, String> {
         let e = Endpoints::read(data_dir)?;
+        let tls = e.client_tls();
+        crate::remote::transport(&tls)?;
         let regions = e
             .regions
             .iter()
@@ -50,7 +56,7 @@ impl Playground {
                 endpoints: r.clone(),
             })
             .collect();
-        Ok(Playground { data_dir: data_dir.to_owned(), supervisor_pid: e.supervisor_pid, regions })
+        Ok(Playground { data_dir: data_dir.to_owned(), supervisor_pid: e.supervisor_pid, regions, tls })
     }
 
     pub fn region(&self, name: &str) -> Result<&Region, String> {
@@ -93,14 +99,21 @@ pub struct Reg {
     gateways: Arc<Upstream>,
 }
 
+/// How this process calls the playground it loaded (set by the first
+/// [`Playground::load`]; `ClientTls::default()` is never what decides it).
+pub fn transport() -> Result<&'static holdfast_rpc::Transport, tonic::Status> {
+    crate::remote::transport(&crate::remote::ClientTls::default()).map_err(tonic::Status::unavailable)
+}
+
 /// One connection to `addr`, now.
 pub async fn channel(addr: &str) -> Result<Channel, tonic::Status> {
-    crate::remote::connect(addr).await.map_err(tonic::Status::unavailable)
+    crate::remote::connect(transport()?, addr).await.map_err(tonic::Status::unavailable)
 }
 
 impl Reg {
     pub fn new(gateways: Vec<String>) -> Reg {
-        Reg { gateways: Arc::new(Upstream::new(crate::remote::transport(), gateways, Hints::Members)) }
+        let t = transport().expect("a drill calls the registry of a playground it loaded first");
+        Reg { gateways: Arc::new(Upstream::new(t, gateways, Hints::Members)) }
     }
 
     /// Sends `req` through the first gateway that answers.

@@ -18,7 +18,7 @@
 
 use super::evacuate::{self, Ctx};
 use super::faults;
-use super::holder::{self, Holder};
+use super::holder::{self, Holder, HolderSpec};
 use super::observe::{self, Owners};
 use super::playground::{Playground, Reg};
 use super::record::Recorder;
@@ -351,7 +351,8 @@ async fn process_faults_scenario(
     let ledger = holder::serve(resource).await?;
     let gw = pg.regions[0].gateway.grpc.clone();
     let lock = "s0-zombie";
-    let mut a = Holder::start(rec.clone(), owners, &gw, &ledger, NS, "s0", lock, ttl_ms, Duration::from_secs(30)).await?;
+    let spec = HolderSpec { gateway: &gw, ledger: &ledger, ns: NS, shard: "s0", lock, ttl_ms, tls: &pg.tls };
+    let mut a = Holder::start(rec.clone(), owners, &spec, Duration::from_secs(30)).await?;
     if a.write("a:1").await != Some(true) {
         return Err("holder A's first write was not accepted".into());
     }
@@ -360,7 +361,7 @@ async fn process_faults_scenario(
     // A stopped process renews nothing: its session may expire from now on.
     rec.record(EventKind::SessionExpired { session: a.session.clone(), at_ms: rec.ms() });
     println!("holder A (pid {}) holds {lock} with token {} and is SIGSTOPped", a.pid, a.token.0);
-    let b = Holder::start(rec.clone(), owners, &gw, &ledger, NS, "s0", lock, ttl_ms, Duration::from_millis(ttl_ms * 4) + Duration::from_secs(20)).await;
+    let b = Holder::start(rec.clone(), owners, &spec, Duration::from_millis(ttl_ms * 4) + Duration::from_secs(20)).await;
     let resumed = faults::signal("CONT", a.pid);
     rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: format!("holder A, pid {}", a.pid) });
     let mut b = b?;

@@ -137,7 +137,8 @@ impl Worker {
         let (Some(ns), Some(name)) = (id(NamespaceName::new(self.ns.as_str())), id(LockName::new(self.lock.as_str()))) else { return tally };
         let key = LockKey { ns, name };
         let client = loop {
-            match Client::connect(&self.gateways).await {
+            let Ok(transport) = super::playground::transport() else { return tally };
+            match Client::connect_via(transport, &self.gateways, holdfast_client::ClientConfig::default()).await {
                 Ok(c) => break c,
                 Err(_) if self.pause(Duration::from_millis(500)).await => continue,
                 Err(_) => return tally,

@@ -147,3 +147,27 @@ pub fn root() -> bool {
         .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)).map(|id| id == "0"))
         .unwrap_or(false)
 }
+
+/// An HTTPS client presenting root's certificate of the playground in `data` (the
+/// gateways' HTTP ports speak TLS).
+pub fn https_client(data: &Path, timeout: Duration) -> reqwest::Client {
+    let certs = data.join("certs");
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(certs.join("ca.crt")).expect("the playground's CA")).unwrap();
+    let mut pem = std::fs::read(certs.join("client.root.crt")).expect("root's certificate");
+    pem.extend(std::fs::read(certs.join("client.root.key")).expect("root's key"));
+    reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .identity(reqwest::Identity::from_pem(&pem).unwrap())
+        .timeout(timeout)
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// `holdfast ARGS` as a command run against the playground in `data` (it finds root's
+/// certificate there).
+pub fn holdfast_at(data: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.env("HOLDFAST_PLAYGROUND", data);
+    c
+}

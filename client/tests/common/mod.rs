@@ -58,6 +58,7 @@ impl TestCell {
                     ("heartbeat_ms", "100".into()),
                     ("checkpoint_interval_ms", "500".into()),
                     ("shutdown_deadline_ms", "5000".into()),
+                    ("tls.insecure", "true".into()),
                 ],
             )
             .unwrap();
@@ -70,7 +71,7 @@ impl TestCell {
         let members = c.nodes.iter().map(|(id, n)| (*id, n.node().clone())).collect();
         c.nodes[&1].initialize(members).await.unwrap();
         let leader = c.leader().await;
-        let mut admin = CellAdminClient::new(holdfast_rpc::Transport::default().connect(&c.addrs[&leader].to_string()).await.unwrap());
+        let mut admin = CellAdminClient::new(holdfast_rpc::Transport::insecure().connect(&c.addrs[&leader].to_string()).await.unwrap());
         let config = apb::NamespaceConfig {
             name: "pay".into(),
             owner: "team-pay".into(),
@@ -113,7 +114,7 @@ impl TestCell {
     /// node answers a linearizable Describe.
     pub async fn describe(&self, name: &str) -> Option<(Vec<(u64, u64)>, Vec<String>)> {
         for id in self.nodes.keys() {
-            let Ok(ch) = holdfast_rpc::Transport::default().connect(&self.addrs[id].to_string()).await else { continue };
+            let Ok(ch) = holdfast_rpc::Transport::insecure().connect(&self.addrs[id].to_string()).await else { continue };
             let mut c = LockServiceClient::new(ch);
             let req = pb::DescribeRequest { shard: Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 0 }), name: name.into() };
             if let Ok(Ok(d)) = tokio::time::timeout(Duration::from_secs(1), c.describe(req)).await {

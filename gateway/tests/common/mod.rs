@@ -64,6 +64,7 @@ impl World {
                     snapshot_every_logs: 5_000,
                     shutdown_deadline_ms: 5_000,
                     transport: Default::default(),
+                    tls: holdfast_rpc::TlsOptions { insecure: true, certs_dir: None },
                     unsafe_plant: None,
                 };
                 let raft = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -86,6 +87,7 @@ impl World {
             http_addr: "127.0.0.1:0".into(),
             shutdown_deadline_ms: 5_000,
             transport: Default::default(),
+            tls: holdfast_rpc::TlsOptions { insecure: true, certs_dir: None },
         };
         let gateway =
             GatewayServer::start(&gcfg, TcpListener::bind("127.0.0.1:0").await.unwrap(), TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
@@ -123,7 +125,7 @@ impl World {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(n) = self.registry.iter().find(|n| n.leads()) {
-                let ch = holdfast_rpc::Transport::default().connect(&n.client_addr().to_string()).await.unwrap();
+                let ch = holdfast_rpc::Transport::insecure().connect(&n.client_addr().to_string()).await.unwrap();
                 return RegistryServiceClient::new(ch);
             }
             assert!(Instant::now() < deadline, "no registry leader");
@@ -132,7 +134,7 @@ impl World {
     }
 
     pub async fn gateway_channel(&self) -> Channel {
-        holdfast_rpc::Transport::default().connect(&self.gateway.grpc_addr().to_string()).await.unwrap()
+        holdfast_rpc::Transport::insecure().connect(&self.gateway.grpc_addr().to_string()).await.unwrap()
     }
 
     pub fn http(&self, path: &str) -> String {

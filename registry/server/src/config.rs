@@ -45,6 +45,10 @@ pub struct RegistryConfig {
     /// limits); every field has a default.
     #[serde(default)]
     pub transport: holdfast_rpc::TransportOptions,
+    /// Mutual TLS (`[tls]`: `certs_dir` with ca.crt, node.crt, node.key), on both ports;
+    /// plaintext only with `insecure = true` (`--insecure`).
+    #[serde(default)]
+    pub tls: holdfast_rpc::TlsOptions,
 }
 
 pub use holdfast_raft::settings::ConfigError;
@@ -91,6 +95,7 @@ impl RegistryConfig {
             return bad(format!("ownership_grace_ms ({}) must be below ownership_lease_ms ({})", self.ownership_grace_ms, self.ownership_lease_ms));
         }
         self.transport.validate().map_err(ConfigError::Invalid)?;
+        self.tls.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }
@@ -104,7 +109,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("registry.toml");
         std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\nownership_lease_ms = 2000\n").unwrap();
-        let c = RegistryConfig::load(Some(&f), &[("node_id", "2".into())]).unwrap();
+        let c = RegistryConfig::load(Some(&f), &[("node_id", "2".into()), ("tls.insecure", "true".into())]).unwrap();
         assert_eq!((c.node_id, c.ownership_lease_ms, c.ownership_grace_ms), (2, 2000, 200));
         std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\nownership_lease_ms = 100\n").unwrap();
         let e = RegistryConfig::load(Some(&f), &[]).unwrap_err().to_string();

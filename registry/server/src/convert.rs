@@ -5,12 +5,13 @@
 //! `holdfast_proto::convert`'s, shared with the cell; the ones here are of the
 //! registry's records.
 
+use holdfast_core::Grant;
 use holdfast_core::{CellId, ErrorCode, NamespaceConfig, NamespaceName, NodeId, RegionId, ShardKey};
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::convert as wire;
 pub use holdfast_proto::convert::namespace_to;
 use holdfast_proto::registry::v1 as pb;
-use holdfast_registry_state::{CellMember, CellRecord, OwnershipEvent, RegionState, ShardRecord, ShardState};
+use holdfast_registry_state::{AuditRecord, CellMember, CellRecord, OwnershipEvent, RegionState, ShardRecord, ShardState, TokenRecord};
 use holdfast_rpc::status::status;
 use tonic::Status;
 
@@ -109,4 +110,16 @@ pub fn event_to(e: &OwnershipEvent) -> pb::OwnershipEvent {
 /// would not accept.
 pub fn namespace_from(c: Option<apb::NamespaceConfig>) -> Result<NamespaceConfig, Status> {
     wire::namespace_from(c.ok_or_else(|| invalid("config is required"))?).map_err(invalid)
+}
+
+pub fn grant_from(g: Option<pb::RoleGrant>) -> Result<Grant, Status> {
+    wire::grant_from(g.ok_or_else(|| invalid("grant is required"))?).map_err(invalid)
+}
+
+pub fn token_to(t: &TokenRecord) -> pb::TokenInfo {
+    pb::TokenInfo { name: t.name.clone(), sha256: t.sha256.clone(), created_unix_ms: t.created_at_unix_ms, created_by: t.created_by.clone() }
+}
+
+pub fn audit_to(r: &AuditRecord) -> pb::AuditRecord {
+    pb::AuditRecord { seq: r.seq, at_unix_ms: r.at_unix_ms, by: r.by.clone(), action: r.action.clone(), detail: r.detail.clone() }
 }

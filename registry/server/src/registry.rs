@@ -43,6 +43,12 @@ impl Registry {
         self.propose(leader, cmd).await?.map_err(|e| registry_status(&e))
     }
 
+    /// [`Registry::write`] of an administrative action, recorded in the audit log (in
+    /// the same entry) as done by `by` when it succeeds.
+    pub async fn write_as(&self, by: &str, cmd: Command) -> Result<Outcome, Status> {
+        self.write(Command::Audited { by: by.to_owned(), cmd: Box::new(cmd) }).await
+    }
+
     /// Runs `f` on an ownership map that includes every write committed before this call.
     pub async fn read<T>(&self, f: impl FnOnce(&RegistryState) -> T) -> Result<T, Status> {
         self.group.read(|m| f(m.state())).await

@@ -12,6 +12,7 @@ use holdfast_raft::{Group, NodeConfig, RaftNode, Serving, StartError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tracing::info;
 
 /// A running registry node. Its node accessors (`node_id`, `client_addr`,
@@ -64,7 +65,7 @@ impl RegistryServer {
         let mut node_cfg = NodeConfig::new(cfg.node_id, "registry", &cfg.data_dir);
         node_cfg.client_addr = cfg.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string());
         node_cfg.timings = cfg.timings();
-        node_cfg.transport = holdfast_rpc::Transport::new(cfg.transport.clone());
+        node_cfg.transport = holdfast_rpc::Transport::new(cfg.transport.clone(), cfg.tls.security().map_err(std::io::Error::other)?);
         Ok(node_cfg)
     }
 
@@ -73,7 +74,9 @@ impl RegistryServer {
         let tasks = holdfast_rpc::Tasks::new();
         let reg = Arc::new(Registry { group, hooks, tasks: tasks.clone() });
         let transport = node.transport().clone();
-        let router = transport.grpc_server().add_service(holdfast_rpc::bounded!(RegistryServiceServer::new(RegistryApi::new(reg.clone())), transport));
+        let api = holdfast_rpc::bounded!(RegistryServiceServer::new(RegistryApi::new(reg.clone())), transport);
+        // Gateways, cells and root call the registry; people go through a gateway.
+        let router = transport.grpc_server().add_service(InterceptedService::new(api, holdfast_rpc::auth::nodes_and_root));
         let serving = Serving::new(node, client, router, tasks, Duration::from_millis(cfg.shutdown_deadline_ms), "registry API");
         let timings = LeaseTimings { lease: Duration::from_millis(cfg.ownership_lease_ms), grace: Duration::from_millis(cfg.ownership_grace_ms) };
         serving.spawn("leader duties", leader::run(reg.clone(), timings, serving.stop_signal()));

@@ -7,8 +7,9 @@ use crate::registry::{registry_status, Registry};
 use holdfast_core::{CellId, Epoch, ErrorCode, FencingToken, LockName, Revision, ShardKey};
 use holdfast_proto::registry::v1 as pb;
 use holdfast_proto::registry::v1::registry_service_server::RegistryService;
-use holdfast_registry_state::{Command, HistoryError, Outcome, RegistryError, ShardState};
+use holdfast_registry_state::{Command, HistoryError, Outcome, RegistryError, ShardState, TokenRecord};
 use holdfast_rpc::status::status;
+use holdfast_rpc::CallContext;
 use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,15 +30,23 @@ impl RegistryApi {
         RegistryApi { reg }
     }
 
-    async fn shard_write(&self, cmd: Command) -> Result<pb::ShardOwner, Status> {
-        match self.reg.write(cmd).await? {
+    async fn shard_write(&self, by: &str, cmd: Command) -> Result<pb::ShardOwner, Status> {
+        match self.reg.write_as(by, cmd).await? {
             Outcome::Shard { shard, record } => Ok(cv::owner_to(&shard, &record)),
             other => Err(unexpected(other)),
         }
     }
 
-    async fn namespace_write(&self, cmd: Command) -> Result<holdfast_proto::admin::v1::NamespaceConfig, Status> {
-        match self.reg.write(cmd).await? {
+    /// An access change (grant, revoke, token), recorded; returns the new version.
+    async fn access_write(&self, by: &str, cmd: Command) -> Result<u64, Status> {
+        match self.reg.write_as(by, cmd).await? {
+            Outcome::Access { version } => Ok(version),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn namespace_write(&self, by: &str, cmd: Command) -> Result<holdfast_proto::admin::v1::NamespaceConfig, Status> {
+        match self.reg.write_as(by, cmd).await? {
             Outcome::Namespace { config } => {
                 info!(ns = %config.name, version = config.version, "namespace config stored");
                 Ok(cv::namespace_to(&config))
@@ -99,8 +108,10 @@ impl RegistryApi {
 #[tonic::async_trait]
 impl RegistryService for RegistryApi {
     async fn create_region(&self, req: Request<pb::CreateRegionRequest>) -> Result<Response<pb::CreateRegionResponse>, Status> {
+        // Recorded in the audit log with who asked (a gateway names its caller).
+        let by = CallContext::from_grpc(&req).identity();
         let region = cv::region_id(req.into_inner().region)?;
-        match self.reg.write(Command::CreateRegion { region }).await? {
+        match self.reg.write_as(&by, Command::CreateRegion { region }).await? {
             Outcome::Region { region, state } => {
                 info!(region = %region, "region created");
                 Ok(Response::new(pb::CreateRegionResponse { region: Some(cv::region_to(&region, state)) }))
@@ -110,10 +121,12 @@ impl RegistryService for RegistryApi {
     }
 
     async fn set_region_state(&self, req: Request<pb::SetRegionStateRequest>) -> Result<Response<pb::SetRegionStateResponse>, Status> {
+        // Recorded in the audit log with who asked (a gateway names its caller).
+        let by = CallContext::from_grpc(&req).identity();
         let r = req.into_inner();
         let region = cv::region_id(r.region)?;
         let state = cv::region_state_from(r.state)?;
-        match self.reg.write(Command::SetRegionState { region, state }).await? {
+        match self.reg.write_as(&by, Command::SetRegionState { region, state }).await? {
             Outcome::Region { region, state } => {
                 info!(region = %region, state = %state, "region state changed");
                 Ok(Response::new(pb::SetRegionStateResponse { region: Some(cv::region_to(&region, state)) }))
@@ -123,9 +136,11 @@ impl RegistryService for RegistryApi {
     }
 
     async fn register_cell(&self, req: Request<pb::RegisterCellRequest>) -> Result<Response<pb::RegisterCellResponse>, Status> {
+        // Recorded in the audit log with who asked (a gateway names its caller).
+        let by = CallContext::from_grpc(&req).identity();
         let r = req.into_inner();
         let cmd = Command::RegisterCell { cell: cv::cell_id(r.cell)?, region: cv::region_id(r.region)?, members: cv::members_from(r.members) };
-        match self.reg.write(cmd).await? {
+        match self.reg.write_as(&by, cmd).await? {
             Outcome::Cell { cell, record } => {
                 info!(cell = %cell, region = %record.region, members = record.members.len(), "cell registered");
                 Ok(Response::new(pb::RegisterCellResponse { cell: Some(cv::cell_to(&cell, &record)) }))
@@ -148,15 +163,19 @@ impl RegistryService for RegistryApi {
     }
 
     async fn create_namespace(&self, req: Request<pb::CreateNamespaceRequest>) -> Result<Response<pb::CreateNamespaceResponse>, Status> {
+        // Recorded in the audit log with who asked (a gateway names its caller).
+        let by = CallContext::from_grpc(&req).identity();
         let config = cv::namespace_from(req.into_inner().config)?;
-        let config = self.namespace_write(Command::CreateNamespace { config }).await?;
+        let config = self.namespace_write(&by, Command::CreateNamespace { config }).await?;
         Ok(Response::new(pb::CreateNamespaceResponse { config: Some(config) }))
     }
 
     async fn update_namespace(&self, req: Request<pb::UpdateNamespaceRequest>) -> Result<Response<pb::UpdateNamespaceResponse>, Status> {
+        // Recorded in the audit log with who asked (a gateway names its caller).
+        let by = CallContext::from_grpc(&req).identity();
         let r = req.into_inner();
         let config = cv::namespace_from(r.config)?;
-        let config = self.namespace_write(Command::UpdateNamespace { config, expected_version: r.expected_version }).await?;
+        let config = self.namespace_write(&by, Command::UpdateNamespace { config, expected_version: r.expected_version }).await?;
         Ok(Response::new(pb::UpdateNamespaceResponse { config: Some(config) }))
     }
 
@@ -176,9 +195,11 @@ impl RegistryService for RegistryApi {
     }
 
     async fn place_shard(&self, req: Request<pb::PlaceShardRequest>) -> Result<Response<pb::PlaceShardResponse>, Status> {
+        // Recorded in the audit log with who asked (a gateway names its caller).
+        let by = CallContext::from_grpc(&req).identity();
         let r = req.into_inner();
         let cmd = Command::PlaceShard { shard: cv::shard_key(r.ns, r.shard)?, cell: cv::cell_id(r.cell)? };
-        let owner = self.shard_write(cmd).await?;
+        let owner = self.shard_write(&by, cmd).await?;
         info!(ns = %owner.ns, shard = %owner.shard, cell = %owner.cell, epoch = owner.epoch, "shard placed");
         Ok(Response::new(pb::PlaceShardResponse { owner: Some(owner) }))
     }
@@ -210,16 +231,20 @@ impl RegistryService for RegistryApi {
     }
 
     async fn move_shard(&self, req: Request<pb::MoveShardRequest>) -> Result<Response<pb::MoveShardResponse>, Status> {
+        // Recorded in the audit log with who asked (a gateway names its caller).
+        let by = CallContext::from_grpc(&req).identity();
         let r = req.into_inner();
         let cmd = Command::BeginMove { shard: cv::shard_key(r.ns, r.shard)?, to_cell: cv::cell_id(r.to_cell)?, planned: r.planned };
-        let owner = self.shard_write(cmd).await?;
+        let owner = self.shard_write(&by, cmd).await?;
         info!(ns = %owner.ns, shard = %owner.shard, from = %owner.cell, to = %owner.to_cell, epoch = owner.epoch, planned = owner.planned, "shard move begun");
         Ok(Response::new(pb::MoveShardResponse { owner: Some(owner) }))
     }
 
     async fn abort_move(&self, req: Request<pb::AbortMoveRequest>) -> Result<Response<pb::AbortMoveResponse>, Status> {
+        // Recorded in the audit log with who asked (a gateway names its caller).
+        let by = CallContext::from_grpc(&req).identity();
         let r = req.into_inner();
-        let owner = self.shard_write(Command::AbortMove { shard: cv::shard_key(r.ns, r.shard)?, epoch: Epoch(r.epoch) }).await?;
+        let owner = self.shard_write(&by, Command::AbortMove { shard: cv::shard_key(r.ns, r.shard)?, epoch: Epoch(r.epoch) }).await?;
         info!(ns = %owner.ns, shard = %owner.shard, cell = %owner.cell, epoch = owner.epoch, "shard move aborted");
         Ok(Response::new(pb::AbortMoveResponse { owner: Some(owner) }))
     }
@@ -275,6 +300,8 @@ impl RegistryService for RegistryApi {
     }
 
     async fn renew_ownership(&self, req: Request<pb::RenewOwnershipRequest>) -> Result<Response<pb::RenewOwnershipResponse>, Status> {
+        // Ownership is the cells' business: a root certificate may not renew or seal.
+        holdfast_rpc::auth::check(&req, holdfast_rpc::auth::Boundary::Nodes)?;
         let r = req.into_inner();
         let cell = cv::cell_id(r.cell)?;
         let serving = r.serving.into_iter().map(|s| Ok((cv::shard_key(s.ns, s.shard)?, Epoch(s.epoch)))).collect::<Result<BTreeSet<_>, Status>>()?;
@@ -326,6 +353,8 @@ impl RegistryService for RegistryApi {
     }
 
     async fn report_sealed(&self, req: Request<pb::ReportSealedRequest>) -> Result<Response<pb::ReportSealedResponse>, Status> {
+        // Ownership is the cells' business: a root certificate may not renew or seal.
+        holdfast_rpc::auth::check(&req, holdfast_rpc::auth::Boundary::Nodes)?;
         let r = req.into_inner();
         let key = cv::shard_key(r.ns, r.shard)?;
         let epoch = Epoch(r.epoch);
@@ -365,5 +394,82 @@ impl RegistryService for RegistryApi {
             },
         };
         Ok(Response::new(pb::ReportSealedResponse { owner: Some(owner) }))
+    }
+
+    async fn grant_role(&self, req: Request<pb::GrantRoleRequest>) -> Result<Response<pb::GrantRoleResponse>, Status> {
+        let by = CallContext::from_grpc(&req).identity();
+        let grant = cv::grant_from(req.into_inner().grant)?;
+        let version = self.access_write(&by, Command::Grant { grant: grant.clone() }).await?;
+        info!(principal = %grant.principal, role = %grant.role, ns = ?grant.ns, by = %by, "role granted");
+        Ok(Response::new(pb::GrantRoleResponse { version }))
+    }
+
+    async fn revoke_role(&self, req: Request<pb::RevokeRoleRequest>) -> Result<Response<pb::RevokeRoleResponse>, Status> {
+        let by = CallContext::from_grpc(&req).identity();
+        let grant = cv::grant_from(req.into_inner().grant)?;
+        let version = self.access_write(&by, Command::Revoke { grant: grant.clone() }).await?;
+        info!(principal = %grant.principal, role = %grant.role, ns = ?grant.ns, by = %by, "role revoked");
+        Ok(Response::new(pb::RevokeRoleResponse { version }))
+    }
+
+    async fn create_token(&self, req: Request<pb::CreateTokenRequest>) -> Result<Response<pb::CreateTokenResponse>, Status> {
+        let by = CallContext::from_grpc(&req).identity();
+        let r = req.into_inner();
+        let token =
+            TokenRecord { name: r.name, sha256: r.sha256.to_ascii_lowercase(), created_at_unix_ms: holdfast_raft::wall_clock_ms(), created_by: by.clone() };
+        let name = token.name.clone();
+        let version = self.access_write(&by, Command::CreateToken { token }).await?;
+        info!(token = %name, by = %by, "token created");
+        Ok(Response::new(pb::CreateTokenResponse { version }))
+    }
+
+    async fn revoke_token(&self, req: Request<pb::RevokeTokenRequest>) -> Result<Response<pb::RevokeTokenResponse>, Status> {
+        let by = CallContext::from_grpc(&req).identity();
+        let name = req.into_inner().name;
+        let version = self.access_write(&by, Command::RevokeToken { name: name.clone() }).await?;
+        info!(token = %name, by = %by, "token revoked");
+        Ok(Response::new(pb::RevokeTokenResponse { version }))
+    }
+
+    async fn list_access(&self, req: Request<pb::ListAccessRequest>) -> Result<Response<pb::ListAccessResponse>, Status> {
+        let known = req.into_inner().known_version;
+        let r = self
+            .reg
+            .read(|st| {
+                let a = st.access();
+                if known != 0 && known == a.version() {
+                    return pb::ListAccessResponse { version: known, unchanged: true, ..Default::default() };
+                }
+                pb::ListAccessResponse {
+                    grants: a.grants().map(holdfast_proto::convert::grant_to).collect(),
+                    tokens: a.tokens().map(cv::token_to).collect(),
+                    version: a.version(),
+                    unchanged: false,
+                }
+            })
+            .await?;
+        Ok(Response::new(r))
+    }
+
+    async fn append_audit(&self, req: Request<pb::AppendAuditRequest>) -> Result<Response<pb::AppendAuditResponse>, Status> {
+        // Only a node records what happened elsewhere, for whom it names.
+        holdfast_rpc::auth::check(&req, holdfast_rpc::auth::Boundary::Nodes)?;
+        let by = CallContext::from_grpc(&req).identity();
+        let r = req.into_inner();
+        match self.reg.write(Command::Audit { by, action: r.action, detail: r.detail }).await? {
+            Outcome::Audited { seq } => Ok(Response::new(pb::AppendAuditResponse { seq })),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn list_audit(&self, req: Request<pb::ListAuditRequest>) -> Result<Response<pb::ListAuditResponse>, Status> {
+        let r = req.into_inner();
+        let limit = match r.limit {
+            0 => 100,
+            n => n.min(1000) as usize,
+        };
+        let records: Vec<pb::AuditRecord> = self.reg.read(|st| st.access().audit_after(r.after_seq, limit).iter().map(cv::audit_to).collect()).await?;
+        let next_after_seq = records.last().map_or(r.after_seq, |x| x.seq);
+        Ok(Response::new(pb::ListAuditResponse { records, next_after_seq }))
     }
 }

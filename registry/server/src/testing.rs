@@ -32,6 +32,7 @@ pub fn config(dir: &Path, id: u64) -> RegistryConfig {
         snapshot_every_logs: 5_000,
         shutdown_deadline_ms: 5_000,
         transport: Default::default(),
+        tls: holdfast_rpc::TlsOptions { insecure: true, certs_dir: None },
     }
 }
 

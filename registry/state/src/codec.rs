@@ -10,38 +10,54 @@ const SNAPSHOT_MAGIC: &[u8; 4] = b"HFRS";
 const ENTRY_MAGIC: &[u8; 4] = b"HFRE";
 const APPLIED_MAGIC: &[u8; 4] = b"HFRA";
 /// Bump on any change to the serialized types; keep a reader for the old one.
-pub const FORMAT_VERSION: u16 = 1;
+/// 2: snapshots carry the access state (grants, tokens, audit log) after the rest.
+/// Log entries and apply results are unchanged from 1 but for new variants appended
+/// to their enums, which version 1 records never hold.
+pub const FORMAT_VERSION: u16 = 2;
 
 pub use holdfast_core::codec::CodecError;
-use holdfast_core::codec::{decode_versioned, encode_versioned};
+use holdfast_core::codec::{decode_versioned, encode_versioned, version_of};
 
 impl RegistryState {
     /// A snapshot of the whole state; [`RegistryState::restore`] gives back an equal state.
     pub fn snapshot(&self) -> Vec<u8> {
-        encode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, self)
+        encode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, &(self, &self.access))
     }
 
+    /// Reads a snapshot of this version or of version 1 (no access state: none).
     pub fn restore(bytes: &[u8]) -> Result<RegistryState, CodecError> {
-        decode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, "registry snapshot", bytes)
+        const WHAT: &str = "registry snapshot";
+        match version_of(SNAPSHOT_MAGIC, WHAT, bytes)? {
+            1 => decode_versioned(SNAPSHOT_MAGIC, 1, WHAT, bytes),
+            _ => {
+                let (mut state, access): (RegistryState, crate::access::Access) = decode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, WHAT, bytes)?;
+                state.access = access;
+                Ok(state)
+            }
+        }
     }
 }
 
+/// Entries and apply results: written at version 1 (their format did not change), read
+/// at 1.
+const RECORD_VERSION: u16 = 1;
+
 impl Entry {
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(ENTRY_MAGIC, FORMAT_VERSION, self)
+        encode_versioned(ENTRY_MAGIC, RECORD_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Entry, CodecError> {
-        decode_versioned(ENTRY_MAGIC, FORMAT_VERSION, "registry log entry", bytes)
+        decode_versioned(ENTRY_MAGIC, RECORD_VERSION, "registry log entry", bytes)
     }
 }
 
 impl Applied {
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(APPLIED_MAGIC, FORMAT_VERSION, self)
+        encode_versioned(APPLIED_MAGIC, RECORD_VERSION, self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Applied, CodecError> {
-        decode_versioned(APPLIED_MAGIC, FORMAT_VERSION, "registry apply result", bytes)
+        decode_versioned(APPLIED_MAGIC, RECORD_VERSION, "registry apply result", bytes)
     }
 }

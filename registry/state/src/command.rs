@@ -6,7 +6,9 @@
 //! because the source cell's ownership lease has run out — is made by the leader on its
 //! monotonic clock and arrives here as an explicit `CompleteMove`.
 
+use crate::access::TokenRecord;
 use crate::state::RegionState;
+use holdfast_core::Grant;
 use holdfast_core::{CellId, Epoch, FencingToken, LockName, NamespaceConfig, NodeId, RegionId, ShardKey};
 use serde::{Deserialize, Serialize};
 
@@ -39,42 +41,109 @@ pub struct CellMember {
 pub enum Command {
     // ---- topology
     /// A new region, `Active`. A region that exists already is refused.
-    CreateRegion { region: RegionId },
+    CreateRegion {
+        region: RegionId,
+    },
     /// `Active`, `Draining` (no new placements or moves into it) or `Evacuated` (only
     /// once it owns no shard).
-    SetRegionState { region: RegionId, state: RegionState },
+    SetRegionState {
+        region: RegionId,
+        state: RegionState,
+    },
     /// A new cell in a region, or new members for a known cell (same region).
-    RegisterCell { cell: CellId, region: RegionId, members: Vec<CellMember> },
+    RegisterCell {
+        cell: CellId,
+        region: RegionId,
+        members: Vec<CellMember>,
+    },
 
     // ---- namespaces
     /// A new namespace. Its version becomes 1 whatever the config says.
-    CreateNamespace { config: NamespaceConfig },
+    CreateNamespace {
+        config: NamespaceConfig,
+    },
     /// Replaces a namespace's config if its current version is `expected_version`;
     /// the version becomes `expected_version + 1`.
-    UpdateNamespace { config: NamespaceConfig, expected_version: u64 },
+    UpdateNamespace {
+        config: NamespaceConfig,
+        expected_version: u64,
+    },
 
     // ---- placement and transfers
     /// First placement of a shard on a cell, at epoch 1.
-    PlaceShard { shard: ShardKey, cell: CellId },
+    PlaceShard {
+        shard: ShardKey,
+        cell: CellId,
+    },
     /// `Active(A, e)` → `Moving(A → to_cell, e)`. A planned move waits for the source's
     /// seal; an unplanned one for the source's ownership lease to run out.
-    BeginMove { shard: ShardKey, to_cell: CellId, planned: bool },
+    BeginMove {
+        shard: ShardKey,
+        to_cell: CellId,
+        planned: bool,
+    },
     /// The source cell sealed the shard at `epoch`: its holds ended with `MOVED`, and
     /// `highest` is the largest token it issued (`None`: it issued none).
-    Sealed { shard: ShardKey, epoch: Epoch, highest: Option<FencingToken>, held_locks: Vec<LockName> },
+    Sealed {
+        shard: ShardKey,
+        epoch: Epoch,
+        highest: Option<FencingToken>,
+        held_locks: Vec<LockName>,
+    },
     /// `Moving(A → B, e)` → `Active(B, e + 1)`. A planned move must be sealed first; for
     /// an unplanned one the leader proposes this once A's lease is known to have run out.
-    CompleteMove { shard: ShardKey, epoch: Epoch },
+    CompleteMove {
+        shard: ShardKey,
+        epoch: Epoch,
+    },
     /// `Moving(A → B, e)` → `Active(A, e)`, or `Active(A, e + 1)` when A already sealed
     /// (a sealed cell can only get the shard back at a new epoch).
-    AbortMove { shard: ShardKey, epoch: Epoch },
+    AbortMove {
+        shard: ShardKey,
+        epoch: Epoch,
+    },
     /// The owning cell reported serving the shard at `epoch` (once per epoch).
-    Adopted { shard: ShardKey, epoch: Epoch },
+    Adopted {
+        shard: ShardKey,
+        epoch: Epoch,
+    },
     /// The owning cell no longer serves an epoch it had adopted (its data was lost or
     /// restored from an old copy, or it sealed the shard): `Active(same cell, epoch + 1)`
     /// with an unsealed handover, so it re-adopts with every lock in lock-delay and
     /// every token larger than any it issued before.
-    Restarted { shard: ShardKey, epoch: Epoch },
+    Restarted {
+        shard: ShardKey,
+        epoch: Epoch,
+    },
+
+    // ---- access and audit (new variants go last: older entries decode unchanged)
+    /// `by` asked for `cmd`: applied as it is and, when it succeeds, recorded in the
+    /// audit log in the same entry.
+    Audited {
+        by: String,
+        cmd: Box<Command>,
+    },
+    /// A role for a principal.
+    Grant {
+        grant: Grant,
+    },
+    Revoke {
+        grant: Grant,
+    },
+    /// A bearer token (its hash).
+    CreateToken {
+        token: TokenRecord,
+    },
+    /// The token and every grant to it.
+    RevokeToken {
+        name: String,
+    },
+    /// An action taken elsewhere (a break-lock at a cell), recorded.
+    Audit {
+        by: String,
+        action: String,
+        detail: String,
+    },
 }
 
 impl Command {
@@ -93,6 +162,12 @@ impl Command {
             Command::AbortMove { .. } => "abort_move",
             Command::Adopted { .. } => "adopted",
             Command::Restarted { .. } => "restarted",
+            Command::Audited { cmd, .. } => cmd.kind(),
+            Command::Grant { .. } => "grant",
+            Command::Revoke { .. } => "revoke",
+            Command::CreateToken { .. } => "create_token",
+            Command::RevokeToken { .. } => "revoke_token",
+            Command::Audit { .. } => "audit",
         }
     }
 }

@@ -3,7 +3,8 @@
 //! [`RegistryState::apply`] is the only way to change it: one committed Raft entry in,
 //! one [`Applied`] (result plus ownership events) out. It stores regions, cells,
 //! versioned namespace configs and shard placement (home region, cell, epoch, transfer
-//! state), and it bumps a shard's epoch on every completed transfer. It reads no clock,
+//! state), and it bumps a shard's epoch on every completed transfer. It also stores who
+//! may do what ([`Access`]: role grants, token hashes) and the durable audit log. It reads no clock,
 //! draws no random number and does no I/O, so every replica that applies the same log
 //! holds the same map.
 //!
@@ -12,6 +13,7 @@
 //! commits `CompleteMove`), Raft, networking, and the mapping of error codes to
 //! gRPC/HTTP (that is `holdfast-core`).
 
+mod access;
 mod codec;
 mod command;
 mod outcome;
@@ -19,6 +21,7 @@ mod reads;
 mod state;
 mod transfers;
 
+pub use access::{Access, AuditRecord, TokenRecord, AUDIT_CAP, MAX_FIELD};
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{CellMember, Command, Entry};
 pub use outcome::{Applied, Outcome, OwnershipEvent, RegistryError};

@@ -34,6 +34,14 @@ pub enum Outcome {
         shard: ShardKey,
         record: ShardRecord,
     },
+    /// Access changed; its new version.
+    Access {
+        version: u64,
+    },
+    /// An audit record was appended.
+    Audited {
+        seq: u64,
+    },
 }
 
 /// Why a command was refused. A refused command changes nothing.
@@ -80,6 +88,9 @@ pub enum RegistryError {
     /// A committed entry this build cannot decode (written by a newer release).
     #[error("unavailable: {0}")]
     Undecodable(String),
+    /// A grant, revoke, token or audit record that does not hold together.
+    #[error("{0}")]
+    Access(String),
 }
 
 impl RegistryError {
@@ -104,7 +115,8 @@ impl RegistryError {
             | RegistryError::NotMoving { .. }
             | RegistryError::SealMismatch { .. }
             | RegistryError::EpochExhausted { .. }
-            | RegistryError::NotAdopted { .. } => ErrorCode::InvalidArgument,
+            | RegistryError::NotAdopted { .. }
+            | RegistryError::Access(_) => ErrorCode::InvalidArgument,
         }
     }
 

@@ -26,6 +26,11 @@ pub enum HistoryError {
 }
 
 impl RegistryState {
+    /// Role grants, token hashes and the audit log.
+    pub fn access(&self) -> &crate::access::Access {
+        &self.access
+    }
+
     /// The revision of the latest ownership event (0 before the first).
     pub fn revision(&self) -> Revision {
         self.revision

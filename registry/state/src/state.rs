@@ -10,6 +10,7 @@
 //! - a refused command changes nothing (every check happens before the first write);
 //! - an `Evacuated` region owns no shard.
 
+use crate::access::{Access, MAX_FIELD};
 use crate::command::{CellMember, Command, Entry};
 use crate::outcome::{Applied, Outcome, OwnershipEvent, RegistryError};
 use holdfast_core::{CellId, Epoch, FencingToken, LockName, NamespaceConfig, NamespaceName, RegionId, Revision, ShardKey};
@@ -128,6 +129,11 @@ pub struct RegistryState {
     pub(crate) shards: BTreeMap<ShardKey, ShardRecord>,
     pub(crate) revision: Revision,
     pub(crate) history: VecDeque<OwnershipEvent>,
+    /// Who may do what, and the audit log. Outside the serde of this struct: a
+    /// snapshot carries it next to the rest (format version 2), so version 1
+    /// snapshots, written before it existed, still load (with none).
+    #[serde(skip)]
+    pub(crate) access: Access,
 }
 
 /// The per-apply context: the entry's timestamp and the events produced so far.
@@ -158,6 +164,23 @@ impl RegistryState {
             Command::AbortMove { shard, epoch } => self.abort_move(&mut ctx, shard, *epoch),
             Command::Adopted { shard, epoch } => self.adopted(shard, *epoch),
             Command::Restarted { shard, epoch } => self.restarted(&mut ctx, shard, *epoch),
+            Command::Audited { by, cmd } => {
+                let inner = self.apply(&Entry::new(entry.at_unix_ms, (**cmd).clone()));
+                if inner.result.is_ok() {
+                    // Both bounded here: an apply must never fail on what it records.
+                    let recorded = self.access.audit(entry.at_unix_ms, &clip(by.clone()), cmd.kind(), &describe(cmd));
+                    debug_assert!(recorded.is_ok(), "clipped fields fit");
+                }
+                // The inner apply already kept its events in the history.
+                return inner;
+            }
+            Command::Grant { grant } => self.access.grant(grant).map(|version| Outcome::Access { version }).map_err(RegistryError::Access),
+            Command::Revoke { grant } => self.access.revoke(grant).map(|version| Outcome::Access { version }).map_err(RegistryError::Access),
+            Command::CreateToken { token } => self.access.create_token(token).map(|version| Outcome::Access { version }).map_err(RegistryError::Access),
+            Command::RevokeToken { name } => self.access.revoke_token(name).map(|version| Outcome::Access { version }).map_err(RegistryError::Access),
+            Command::Audit { by, action, detail } => {
+                self.access.audit(entry.at_unix_ms, by, action, detail).map(|seq| Outcome::Audited { seq }).map_err(RegistryError::Access)
+            }
         };
         debug_assert!(result.is_ok() || ctx.events.is_empty(), "a refused command emitted events");
         for ev in &ctx.events {
@@ -262,4 +285,28 @@ impl RegistryState {
         self.namespaces.insert(stored.name.clone(), stored.clone());
         Ok(Outcome::Namespace { config: stored })
     }
+}
+
+/// What an audited command did, in one bounded line for the audit log.
+fn describe(cmd: &Command) -> String {
+    let s = match cmd {
+        Command::Audited { cmd, .. } => return describe(cmd),
+        Command::Grant { grant } | Command::Revoke { grant } => grant.to_string(),
+        Command::CreateToken { token } => format!("token {}", token.name),
+        other => format!("{other:?}"),
+    };
+    clip(s)
+}
+
+/// `s`, cut to [`MAX_FIELD`] bytes (on a character boundary, marked with `...`).
+fn clip(mut s: String) -> String {
+    if s.len() > MAX_FIELD {
+        let mut cut = MAX_FIELD - 3;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
 }

@@ -303,3 +303,51 @@ fn every_epoch_change_forgets_the_adoption() {
     assert!(!st.is_adopted(&key("pay", "default")), "west-1 has not reported epoch 2 yet");
     refused(&mut st, Command::Restarted { shard: key("pay", "default"), epoch: Epoch(2) }, ErrorCode::InvalidArgument);
 }
+
+fn alice(role: holdfast_core::Role, ns: Option<&str>) -> holdfast_core::Grant {
+    holdfast_core::Grant { principal: "user:alice".into(), role, ns: ns.map(|n| holdfast_core::NamespaceName::new(n).unwrap()) }
+}
+
+#[test]
+fn an_audited_command_is_applied_and_recorded_in_one_entry_and_a_refused_one_is_not() {
+    use holdfast_core::Role;
+    let mut st = world();
+    let before = st.access().audit_after(0, 100).len();
+    let a = ok(&mut st, Command::Audited { by: "user:ops".into(), cmd: Box::new(Command::Grant { grant: alice(Role::Holder, Some("pay")) }) });
+    assert!(matches!(a.result, Ok(Outcome::Access { .. })));
+    ok(
+        &mut st,
+        Command::Audited { by: "user:ops".into(), cmd: Box::new(Command::BeginMove { shard: key("pay", "default"), to_cell: cell("west-1"), planned: true }) },
+    );
+    let log = st.access().audit_after(0, 100);
+    assert_eq!(log.len(), before + 2);
+    assert_eq!((log[before].by.as_str(), log[before].action.as_str(), log[before].detail.as_str()), ("user:ops", "grant", "user:alice holder in pay"));
+    assert_eq!(log[before + 1].action, "begin_move");
+    // A refused command is not recorded, and changes nothing (the audit log included).
+    let dup = Command::Audited { by: "user:ops".into(), cmd: Box::new(Command::CreateRegion { region: region("east") }) };
+    refused(&mut st, dup, ErrorCode::InvalidArgument);
+    assert_eq!(st.access().audit_after(0, 100).len(), before + 2);
+    // Access survives a snapshot, and a version 1 snapshot (none) still loads.
+    assert_eq!(RegistryState::restore(&st.snapshot()).unwrap(), st);
+    let plain = world();
+    let v1 = holdfast_core::codec::encode_versioned(b"HFRS", 1, &plain);
+    assert_eq!(RegistryState::restore(&v1).unwrap(), plain);
+}
+
+#[test]
+fn grants_and_tokens_are_checked_and_versioned() {
+    use holdfast_core::Role;
+    use holdfast_registry_state::TokenRecord;
+    let mut st = world();
+    refused(&mut st, Command::Grant { grant: alice(Role::Operator, Some("pay")) }, ErrorCode::InvalidArgument);
+    refused(&mut st, Command::Revoke { grant: alice(Role::Reader, Some("pay")) }, ErrorCode::InvalidArgument);
+    let v1 = st.access().version();
+    ok(&mut st, Command::Grant { grant: alice(Role::Reader, Some("pay")) });
+    let t = TokenRecord { name: "ci".into(), sha256: "0f".repeat(32), created_at_unix_ms: 1, created_by: "user:root".into() };
+    ok(&mut st, Command::CreateToken { token: t.clone() });
+    refused(&mut st, Command::CreateToken { token: t }, ErrorCode::InvalidArgument);
+    ok(&mut st, Command::RevokeToken { name: "ci".into() });
+    refused(&mut st, Command::RevokeToken { name: "ci".into() }, ErrorCode::InvalidArgument);
+    assert_eq!(st.access().version(), v1 + 3);
+    assert_eq!(st.access().grants().count(), 1);
+}

@@ -119,6 +119,7 @@ impl TestCell {
             snapshot_every_logs: 5_000,
             shutdown_deadline_ms: 5_000,
             transport: Default::default(),
+            tls: holdfast_rpc::TlsOptions { insecure: true, certs_dir: None },
             unsafe_plant: None,
         }
     }
@@ -194,7 +195,7 @@ impl TestCell {
     }
 
     pub async fn channel(&self, id: u64) -> Channel {
-        holdfast_rpc::Transport::default().connect(&self.client_addrs[&id].to_string()).await.unwrap()
+        holdfast_rpc::Transport::insecure().connect(&self.client_addrs[&id].to_string()).await.unwrap()
     }
 
     /// Clients of every running node, for tasks that must follow leader changes.

@@ -75,7 +75,7 @@ impl TestRegistry {
     }
 
     pub async fn client(&self, id: u64) -> Client {
-        let ch = holdfast_rpc::Transport::default().connect(&self.client_addrs[&id].to_string()).await.unwrap();
+        let ch = holdfast_rpc::Transport::insecure().connect(&self.client_addrs[&id].to_string()).await.unwrap();
         RegistryServiceClient::new(ch)
     }
 
