@@ -16,6 +16,10 @@ CELL_TESTS = ["-p", "holdfast-cell-state", "--test", "properties", "--test", "se
 # The lease clock's and the fence's unit tests. One package set for both, so the
 # mutants' target dir builds RocksDB once.
 SERVER_TESTS = ["-p", "holdfast-cell", "-p", "holdfast-fence", "--lib"]
+# Access control: the grant and token rules (unit tests of core, the wire edge and the
+# gateway's enforcement point), and the whole-system test of docs/security.md.
+ACCESS_TESTS = ["-p", "holdfast-core", "-p", "holdfast-rpc", "-p", "holdfast-gateway", "--lib"]
+SECURITY_E2E = ["-p", "holdfast", "--test", "security"]
 
 # (name, file, exact text, replacement, cargo test args)
 MUTANTS = [
@@ -50,6 +54,17 @@ MUTANTS = [
      "            Some(until) if now >= until => {", "            Some(until) if false && now >= until => {", SERVER_TESTS),
     ("fence check and write not atomic", "fence/src/rocks/mod.rs",
      "        let _serialized = self.stripe(&fkey);\n", "", SERVER_TESTS),
+    ("a grant reaches other namespaces", "core/src/access.rs",
+     "(self.role >= role && ns.is_some() && self.ns.as_ref() == ns)", "(self.role >= role && ns.is_some())", ACCESS_TESTS),
+    ("any secret of the right length matches a token", "rpc/src/bearer.rs",
+     "mine.len() == sha256.len() && mine.bytes()", "mine.len() == sha256.len() || mine.bytes()", ACCESS_TESTS),
+    ("a stale access policy is trusted", "gateway/src/access.rs",
+     "Some(c) if c.fetched.elapsed() <= STALE => Ok(f(c)),", "Some(c) if c.fetched.elapsed() <= STALE * 1000 => Ok(f(c)),", ACCESS_TESTS),
+    ("a snapshot header's size is believed", "raft/src/service.rs",
+     "if header.total_bytes > MAX_SNAPSHOT_BYTES {", "if false && header.total_bytes > MAX_SNAPSHOT_BYTES {",
+     ["-p", "holdfast-raft", "--test", "cluster", "a_snapshot_header"]),
+    ("a session is usable by anyone", "cells/server/src/cell.rs",
+     "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
 ]
 
 
@@ -69,6 +84,12 @@ def main() -> int:
                 print(f"mutant '{name}': the guarded text is gone from {path}; update this script", flush=True)
                 return 2
             open(f, "w").write(src.replace(old, new))
+            # The copy keeps the files' times, and cargo judges freshness by them: a file
+            # an earlier mutant changed would look older than that mutant's build, and
+            # its broken artifact would be reused here. Every file any mutant touches is
+            # therefore made newer than every earlier build.
+            for p in {m[1] for m in MUTANTS}:
+                os.utime(os.path.join(dst, p))
             # A target dir of their own: cargo names a workspace member's artifacts by
             # its path inside the workspace, so a mutant built in the shared dir would
             # be taken for fresh by the next ordinary build.
