@@ -63,6 +63,9 @@ MUTANTS = [
     ("a snapshot header's size is believed", "raft/src/service.rs",
      "if header.total_bytes > MAX_SNAPSHOT_BYTES {", "if false && header.total_bytes > MAX_SNAPSHOT_BYTES {",
      ["-p", "holdfast-raft", "--test", "cluster", "a_snapshot_header"]),
+    ("a session at its cap writes a Raft entry per refused attempt", "cells/server/src/service.rs",
+     "self.cell.check_session_room(session, &rid).and_then(|()| self.cell.may_grant(&shard))", "self.cell.may_grant(&shard)",
+     SECURITY_E2E),
     ("a session is usable by anyone", "cells/server/src/cell.rs",
      "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
 ]

@@ -9,7 +9,9 @@
 //! - plaintext and certificate-less clients are refused on every port, and a client
 //!   certificate without the node role cannot vote, append, send a snapshot, renew
 //!   ownership or report a seal;
-//! - break-lock is written to the durable audit log with who broke and why.
+//! - break-lock is written to the durable audit log with who broke and why;
+//! - one session asking for thousands of holds and waits is capped at 1,000, each
+//!   refusal `QUOTA_EXCEEDED`, and the cell's memory stays bounded (measured).
 
 mod common;
 
@@ -18,6 +20,7 @@ use holdfast_core::ErrorCode;
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::raft::v1 as raftpb;
+use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
 use holdfast_proto::raft::v1::raft_service_client::RaftServiceClient;
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
@@ -128,7 +131,7 @@ fn start(slot: u32) -> Playground {
     let data = tmp.join("playground");
     std::fs::create_dir_all(&data).unwrap();
     // Below the ephemeral range, apart from the other tests' playgrounds.
-    let base = 31_950 + (std::process::id() % 12) * 64 + slot * 32;
+    let base = 31_950 + (std::process::id() % 8) * 96 + slot * 32;
     let mut dev = Dev::start(&data, &["--base-port", &base.to_string(), "--regions", "1"]);
     let endpoints = dev.endpoints(&data);
     let pg = Playground { data, endpoints, _dev: dev };
@@ -477,5 +480,191 @@ fn sessions_tokens_ports_and_the_audit_log() {
         denied(verdict(reg.renew_ownership(rpb::RenewOwnershipRequest::default()).await), "renewed ownership");
         denied(verdict(reg.report_sealed(rpb::ReportSealedRequest::default()).await), "reported a seal");
         denied(verdict(reg.append_audit(rpb::AppendAuditRequest::default()).await), "appended to the audit log");
+    });
+}
+
+/// Resident set of process `pid` (Linux /proc), bytes.
+fn rss_of(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process runs");
+    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmRSS");
+    kb * 1024
+}
+
+/// A session that asks for far more than its share: 1,000 holds and waits are granted
+/// or queued, every further attempt (a hold, or a wait behind another session's hold)
+/// is refused with `QUOTA_EXCEEDED`, the session's count stays at the cap, and the cell
+/// nodes' memory grows by no more than a few MiB across thousands of refused attempts,
+/// which are refused by the leader before they reach the Raft log.
+/// Against the cell directly, as root (no gateway rate limit in the way).
+#[test]
+fn a_session_asking_for_thousands_of_holds_and_waits_is_capped_and_the_cell_stays_small() {
+    use holdfast_rpc::{Budget, Hints, Upstream};
+    const CAP: usize = 1_000;
+    // 5,000 in CI; `HOLDFAST_GREEDY_ATTEMPTS=100000` for the full size by hand.
+    let refused_n: usize = std::env::var("HOLDFAST_GREEDY_ATTEMPTS").ok().and_then(|v| v.parse().ok()).unwrap_or(5_000);
+    let pg = start(2);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let cell = &pg.endpoints["regions"]["east"]["cells"][0];
+        let nodes = cell["nodes"].as_array().unwrap();
+        let members: Vec<String> = nodes.iter().map(|n| n["client"].as_str().unwrap().to_owned()).collect();
+        let pids: Vec<u64> = nodes.iter().map(|n| n["pid"].as_u64().unwrap()).collect();
+        let cell = Arc::new(Upstream::new(&pg.transport("root"), members, Hints::Anywhere));
+        let budget = Budget::per_attempt(Duration::from_secs(10));
+        let session = |label: &'static str| {
+            let cell = cell.clone();
+            async move {
+                let end = Instant::now() + WAIT;
+                loop {
+                    let req = pb::CreateSessionRequest { shard: shard(OWN), ttl_ms: 30_000, client_label: label.into() };
+                    match cell
+                        .call(budget, |ch| {
+                            let req = req.clone();
+                            async move { LockServiceClient::new(ch).create_session(req).await }
+                        })
+                        .await
+                    {
+                        Ok(r) => return r.value.session_id,
+                        Err(e) => assert!(Instant::now() < end, "create session: {e}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        let (greedy, other) = (session("greedy").await, session("other").await);
+        // Both sessions renewed every 5 s for as long as the test runs (the long run of
+        // 100,000 attempts outlives a TTL).
+        let keepalive = {
+            let cell = cell.clone();
+            tokio::spawn(async move {
+                loop {
+                    for id in [greedy, other] {
+                        let req = pb::KeepAliveRequest { session_id: id, shard: shard(OWN) };
+                        let renewed = cell
+                            .call(budget, |ch| {
+                                let req = req.clone();
+                                async move {
+                                    let mut s = LockServiceClient::new(ch).keep_alive(tokio_stream::iter(vec![req])).await?.into_inner();
+                                    let first = s.message().await?;
+                                    Ok(tonic::Response::new(first))
+                                }
+                            })
+                            .await;
+                        renewed.expect("a renewal");
+                    }
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+            })
+        };
+        let acquire = |session: u64, name: String, wait_ms: u64| {
+            let cell = cell.clone();
+            async move {
+                let req = pb::AcquireRequest {
+                    shard: shard(OWN),
+                    name: name.clone(),
+                    session_id: session,
+                    mode: pb::Mode::Exclusive as i32,
+                    wait_timeout_ms: wait_ms,
+                    request_id: format!("{session}-{name}-{wait_ms}"),
+                    value: Vec::new(),
+                };
+                // A waiting call outlasts its wait: no retry while it is queued.
+                cell.call(Budget::per_attempt(Duration::from_millis(wait_ms) + Duration::from_secs(10)), |ch| {
+                    let req = req.clone();
+                    async move { LockServiceClient::new(ch).acquire(req).await }
+                })
+                .await
+            }
+        };
+        // Many in flight at once, as a greedy client would.
+        async fn all<F: std::future::Future + Send + 'static>(fs: Vec<F>) -> Vec<F::Output>
+        where
+            F::Output: Send + 'static,
+        {
+            let sem = Arc::new(tokio::sync::Semaphore::new(64));
+            let tasks: Vec<_> = fs
+                .into_iter()
+                .map(|f| {
+                    let sem = sem.clone();
+                    tokio::spawn(async move {
+                        let _p = sem.acquire_owned().await.unwrap();
+                        f.await
+                    })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await.unwrap());
+            }
+            out
+        }
+
+        // `other` holds 600 locks; `greedy` holds 400 of its own and waits behind 600.
+        for r in all((0..600).map(|i| acquire(other, format!("w{i}"), 0)).collect()).await {
+            r.expect("other's holds");
+        }
+        for r in all((0..400).map(|i| acquire(greedy, format!("h{i}"), 0)).collect()).await {
+            r.expect("greedy's holds");
+        }
+        // The waits stay open until granted: run them in the background and watch the
+        // session's count reach the cap.
+        let waits: Vec<_> = (0..600).map(|i| tokio::spawn(acquire(greedy, format!("w{i}"), 600_000))).collect();
+        let count = |cell: Arc<Upstream>| async move {
+            let r = cell
+                .call(budget, |ch| async move { LockServiceClient::new(ch).list_sessions(pb::ListSessionsRequest { shard: shard(OWN) }).await })
+                .await
+                .expect("list sessions");
+            let s = r.value.sessions.into_iter().find(|s| s.session_id == greedy).expect("greedy's session");
+            (s.holds, s.waits)
+        };
+        let end = Instant::now() + WAIT;
+        while count(cell.clone()).await != (400, 600) {
+            assert!(Instant::now() < end, "greedy never reached 400 holds and 600 waits: {:?}", count(cell.clone()).await);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        // The cell's Raft log, as far as any node has it.
+        let raft_addrs: Vec<String> = nodes.iter().map(|n| n["raft"].as_str().unwrap().to_owned()).collect();
+        let root = pg.transport("root");
+        let last_log = || {
+            let (root, raft_addrs) = (&root, &raft_addrs);
+            async move {
+                let mut max = 0;
+                for a in raft_addrs {
+                    let m = RaftAdminClient::new(root.channel(a).unwrap()).metrics(raftpb::MetricsRequest {}).await.expect("raft metrics").into_inner();
+                    max = max.max(m.last_log_index);
+                }
+                max
+            }
+        };
+        let log_before = last_log().await;
+        let before: u64 = pids.iter().map(|p| rss_of(*p)).sum();
+        let t0 = Instant::now();
+        // Over the cap: new holds, and new waits behind `other`'s locks.
+        let attempts: Vec<_> = (0..refused_n)
+            .map(|i| if i % 2 == 0 { acquire(greedy, format!("more{i}"), 0) } else { acquire(greedy, format!("w{}", i % 600), 1_000 + i as u64) })
+            .collect();
+        let mut refused = 0;
+        for r in all(attempts).await {
+            match r {
+                Err(holdfast_rpc::CallError::Refused { code: ErrorCode::QuotaExceeded, .. }) => refused += 1,
+                other => panic!("an attempt over the cap was answered {other:?}"),
+            }
+        }
+        let took = t0.elapsed();
+        let after: u64 = pids.iter().map(|p| rss_of(*p)).sum();
+        assert_eq!(refused, refused_n);
+        assert_eq!(count(cell.clone()).await, (400, 600), "the session holds and waits exactly its cap of {CAP}");
+        let grown = after.saturating_sub(before);
+        // Refused at the leader before proposing: no Raft entry per attempt (a few for
+        // renewals may land meanwhile).
+        let appended = last_log().await - log_before;
+        assert!(appended < 100, "{refused_n} refused attempts appended {appended} Raft entries");
+        eprintln!("{refused_n} attempts over the cap refused in {took:?}; the three cell nodes' RSS {} -> {} MiB", before >> 20, after >> 20);
+        assert!(grown < 64 << 20, "{refused_n} refused attempts grew the cell nodes by {} MiB", grown >> 20);
+        for w in waits {
+            w.abort();
+        }
+        keepalive.abort();
     });
 }

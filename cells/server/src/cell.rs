@@ -6,7 +6,7 @@
 use crate::machine::{CellMachine, Hooks};
 use crate::ownership::OwnershipLease;
 use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, Outcome};
-use holdfast_core::{ErrorCode, SessionId, ShardKey};
+use holdfast_core::{ErrorCode, RequestId, SessionId, ShardKey};
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_raft::Group;
@@ -85,6 +85,16 @@ impl Cell {
             )),
             (None, _) => Ok(()),
         }
+    }
+
+    /// Refuses an acquire the state machine would refuse for the session's cap on holds
+    /// and waits, without writing a Raft entry for it: a session at its cap that keeps
+    /// asking costs a read, not a log entry.
+    pub fn check_session_room(&self, session: SessionId, request_id: &RequestId) -> Result<(), Status> {
+        if self.group.state().read(|m| m.state().over_session_cap(session, request_id)) {
+            return Err(cell_status(&CellError::session_full(session)));
+        }
+        Ok(())
     }
 
     /// Writes `action` on `detail` to the registry's audit log, as done by the caller

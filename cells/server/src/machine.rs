@@ -98,6 +98,7 @@ pub struct CellMachine {
     state: CellState,
     hooks: Arc<Hooks>,
     /// A planted bug (`unsafe_plant = "token-reuse"`, debug builds only).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     planted: bool,
 }
 

@@ -212,7 +212,7 @@ impl LockService for LockApi {
         }
         let leader = self.cell.assume_leader()?;
         self.cell.check_session_owner(&ctx, session)?;
-        if let Err(e) = self.cell.may_grant(&shard) {
+        if let Err(e) = self.cell.check_session_room(session, &rid).and_then(|()| self.cell.may_grant(&shard)) {
             let result = Err(e);
             crate::metrics::acquire_answered(&shard.ns, started, &result);
             return result;

@@ -55,7 +55,7 @@ impl CellState {
 
         let sess = &self.sessions[&a.session];
         if sess.holds.len() + sess.waits.len() >= MAX_HOLDS_AND_WAITS_PER_SESSION {
-            return Err(CellError::QuotaExceeded { what: format!("holds and waits of session {}", a.session), limit: MAX_HOLDS_AND_WAITS_PER_SESSION as u64 });
+            return Err(CellError::session_full(a.session));
         }
         validate_value(a.value).map_err(|e| CellError::InvalidArgument(e.to_string()))?;
         if a.value.len() > max_value as usize {

@@ -95,6 +95,12 @@ pub enum CellError {
 }
 
 impl CellError {
+    /// `session` holds and waits for as many locks as one session may
+    /// ([`crate::MAX_HOLDS_AND_WAITS_PER_SESSION`]).
+    pub fn session_full(session: SessionId) -> CellError {
+        CellError::QuotaExceeded { what: format!("holds and waits of session {session}"), limit: crate::MAX_HOLDS_AND_WAITS_PER_SESSION as u64 }
+    }
+
     /// The stable code clients see.
     pub fn code(&self) -> ErrorCode {
         match self {

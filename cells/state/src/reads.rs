@@ -154,6 +154,16 @@ impl CellState {
         })
     }
 
+    /// Would an acquire with `request_id` on `session` be refused for the session's cap
+    /// on holds and waits ([`CellError::session_full`])? A retry of a request the cell
+    /// already knows is never refused for it. The cell leader asks before proposing, so
+    /// a session at its cap does not write a Raft entry per refused attempt; the state
+    /// machine checks again when it applies.
+    pub fn over_session_cap(&self, session: SessionId, request_id: &RequestId) -> bool {
+        self.sessions.get(&session).is_some_and(|s| s.holds.len() + s.waits.len() >= crate::sessions::MAX_HOLDS_AND_WAITS_PER_SESSION)
+            && !self.requests.contains_key(&(session, request_id.clone()))
+    }
+
     /// The session holding `token` on the lock, if that hold is current.
     pub fn holder_session(&self, key: &ShardKey, name: &LockName, token: FencingToken) -> Option<SessionId> {
         self.shards.get(key)?.locks.get(name)?.holders.get(&token).map(|h| h.session)
