@@ -55,6 +55,9 @@ pub struct NsSettings {
     /// efficiency, correctness or leadership.
     #[arg(long, default_value = "correctness")]
     intent: Intent,
+    /// After a hold ends without a release (expiry, break, max hold), the lock stays
+    /// ungranted this long. Default by intent: 5000 for correctness and leadership, 0
+    /// for efficiency; 0 given explicitly means none.
     #[arg(long)]
     lock_delay_ms: Option<u64>,
     #[arg(long)]

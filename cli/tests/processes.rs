@@ -86,7 +86,8 @@ impl ProcCell {
         }
         assert!(init.status().unwrap().success(), "cell init failed");
         let leader = cell.leader_client().await;
-        cell.cli_until_ok(&leader, &["ns", "apply", "--ns", "pay", "--owner", "team-pay", "--version", "1"]);
+        // The tests here time TTLs: no lock-delay after an expiry (unset would be 5 s).
+        cell.cli_until_ok(&leader, &["ns", "apply", "--ns", "pay", "--owner", "team-pay", "--version", "1", "--lock-delay-ms", "0"]);
         cell.cli_until_ok(&leader, &["shard", "adopt", "--ns", "pay", "--epoch", "1"]);
         cell
     }

@@ -141,7 +141,9 @@ pub fn namespace_from(c: apb::NamespaceConfig) -> Result<NamespaceConfig, Invali
     if c.max_hold_ms != 0 {
         cfg.max_hold_ms = Some(c.max_hold_ms);
     }
-    cfg.lock_delay_ms = c.lock_delay_ms;
+    if let Some(d) = c.lock_delay_ms {
+        cfg.lock_delay_ms = d;
+    }
     if let Some(q) = c.quotas {
         let d = Quotas::default();
         let pick = |v: u32, d: u32| if v == 0 { d } else { v };
@@ -166,7 +168,7 @@ pub fn namespace_to(c: &NamespaceConfig) -> apb::NamespaceConfig {
         ttl_min_ms: c.ttl_min_ms,
         ttl_max_ms: c.ttl_max_ms,
         max_hold_ms: c.max_hold_ms.unwrap_or(0),
-        lock_delay_ms: c.lock_delay_ms,
+        lock_delay_ms: Some(c.lock_delay_ms),
         quotas: Some(apb::Quotas {
             max_keys: c.quotas.max_keys,
             max_sessions: c.quotas.max_sessions,
@@ -197,6 +199,16 @@ mod tests {
         let cfg = namespace_from(wire.clone()).unwrap();
         assert_eq!(cfg.intent, Intent::Correctness);
         assert_eq!(cfg.max_hold_ms, None);
+        // An unset lock-delay is the intent's default, as docs/semantics.md and the CLI
+        // help say; an explicit 0 is kept.
+        assert_eq!(cfg.lock_delay_ms, 5_000);
+        let efficiency = apb::NamespaceConfig { intent: intent_to(Intent::Efficiency), ..wire.clone() };
+        assert_eq!(namespace_from(efficiency).unwrap().lock_delay_ms, 0);
+        assert_eq!(namespace_from(apb::NamespaceConfig { lock_delay_ms: Some(0), ..wire.clone() }).unwrap().lock_delay_ms, 0);
+        assert_eq!(namespace_from(apb::NamespaceConfig { lock_delay_ms: Some(750), ..wire.clone() }).unwrap().lock_delay_ms, 750);
+        // From the JSON of the HTTP API and the command line: unset stays unset on the wire.
+        let spec: crate::json::NamespaceSpec = serde_json::from_str(r#"{"name":"orders","owner":"team"}"#).unwrap();
+        assert_eq!(namespace_from(spec.to_pb()).unwrap().lock_delay_ms, 5_000);
         assert!(namespace_from(apb::NamespaceConfig { intent: 99, ..wire.clone() }).unwrap_err().0.contains("intent 99"));
         assert!(namespace_from(apb::NamespaceConfig { posture: 99, ..wire }).unwrap_err().0.contains("posture 99"));
         assert!(mode_from(99).is_err());

@@ -138,7 +138,7 @@ impl NamespaceSpec {
             ttl_min_ms: self.ttl_min_ms.unwrap_or(0),
             ttl_max_ms: self.ttl_max_ms.unwrap_or(0),
             max_hold_ms: self.max_hold_ms.unwrap_or(0),
-            lock_delay_ms: self.lock_delay_ms.unwrap_or(0),
+            lock_delay_ms: self.lock_delay_ms,
             quotas,
             version: 0,
         }

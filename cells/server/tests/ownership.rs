@@ -62,7 +62,7 @@ impl World {
             name: "pay".into(),
             owner: "team-pay".into(),
             intent: pb::Intent::Correctness as i32,
-            lock_delay_ms: LOCK_DELAY_MS,
+            lock_delay_ms: Some(LOCK_DELAY_MS),
             ..Default::default()
         };
         r.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.unwrap();

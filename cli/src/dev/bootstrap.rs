@@ -160,6 +160,9 @@ pub async fn records(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
         owner: "holdfast-dev".into(),
         intent: pb::Intent::Correctness as i32,
         posture: pb::Posture::FailClosed as i32,
+        // The tour's steps follow each other at once (an expired holder's lock is free
+        // for the next command): no lock-delay, said explicitly. Unset would be 5 s.
+        lock_delay_ms: Some(0),
         ..Default::default()
     };
     ensure(sup, layout, &format!("namespace {DEMO_NS}"), |mut c| {

@@ -202,7 +202,7 @@ async fn setup(reg: &Reg, pg: &Playground) -> Result<Vec<String>, String> {
         owner: "drills".into(),
         intent: pb::Intent::Correctness as i32,
         posture: pb::Posture::FailClosed as i32,
-        lock_delay_ms: 500,
+        lock_delay_ms: Some(500),
         ..Default::default()
     };
     let known = reg.call(rpb::GetNamespaceRequest { name: NS.into() }, |mut c, r| async move { c.get_namespace(r).await }).await.is_ok();

@@ -76,7 +76,7 @@ impl TestCell {
             name: "pay".into(),
             owner: "team-pay".into(),
             intent: pb::Intent::Correctness as i32,
-            lock_delay_ms,
+            lock_delay_ms: Some(lock_delay_ms),
             version: 1,
             ..Default::default()
         };

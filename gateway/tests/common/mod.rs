@@ -115,6 +115,8 @@ impl World {
             intent: if posture == pb::Posture::FailOpen { pb::Intent::Efficiency as i32 } else { pb::Intent::Correctness as i32 },
             posture: posture as i32,
             quotas: (acquires_per_second > 0).then(|| apb::Quotas { acquires_per_second, ..Default::default() }),
+            // These tests move shards and end holds; no lock-delay keeps their waits short.
+            lock_delay_ms: Some(0),
             ..Default::default()
         };
         r.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.unwrap();

@@ -23,7 +23,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
     let o = owner(&mut c, "pay", "default").await;
     assert_eq!((o.region.as_str(), o.cell.as_str(), o.epoch, o.state), ("east", "east-1", 1, pb::ShardState::Active as i32));
     let ns = c.get_namespace(pb::GetNamespaceRequest { name: "pay".into() }).await.unwrap().into_inner().config.unwrap();
-    assert_eq!((ns.version, ns.lock_delay_ms), (1, 1_000));
+    assert_eq!((ns.version, ns.lock_delay_ms), (1, Some(1_000)));
 
     info!("--- a follower answers NOT_LEADER with the leader's client address");
     let follower = *reg.nodes.keys().find(|id| **id != leader).unwrap();
@@ -219,9 +219,9 @@ async fn writes_continue_after_the_registry_leader_is_killed_and_the_new_leader_
     c.place_shard(pb::PlaceShardRequest { ns: "search".into(), shard: "s1".into(), cell: "west-1".into() }).await.unwrap();
     assert_eq!(owner(&mut c, "search", "s1").await.cell, "west-1");
     let mut updated = ns_config("pay");
-    updated.lock_delay_ms = 2_000;
+    updated.lock_delay_ms = Some(2_000);
     let cfg = c.update_namespace(pb::UpdateNamespaceRequest { config: Some(updated), expected_version: 1 }).await.unwrap().into_inner().config.unwrap();
-    assert_eq!((cfg.version, cfg.lock_delay_ms), (2, 2_000));
+    assert_eq!((cfg.version, cfg.lock_delay_ms), (2, Some(2_000)));
 
     info!("--- an unplanned move right away waits out the lease the old leader may have granted");
     c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false }).await.unwrap();

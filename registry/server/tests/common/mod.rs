@@ -95,7 +95,7 @@ pub fn members(base: u64) -> Vec<pb::CellMember> {
 }
 
 pub fn ns_config(name: &str) -> apb::NamespaceConfig {
-    apb::NamespaceConfig { name: name.into(), owner: "team".into(), intent: lpb::Intent::Correctness as i32, lock_delay_ms: 1_000, ..Default::default() }
+    apb::NamespaceConfig { name: name.into(), owner: "team".into(), intent: lpb::Intent::Correctness as i32, lock_delay_ms: Some(1_000), ..Default::default() }
 }
 
 /// Regions east and west, cells east-1 (east) and west-1 (west), namespace `pay`, shard
