@@ -66,6 +66,9 @@ MUTANTS = [
     ("a session at its cap writes a Raft entry per refused attempt", "cells/server/src/service.rs",
      "self.cell.check_session_room(session, &rid).and_then(|()| self.cell.may_grant(&shard))", "self.cell.may_grant(&shard)",
      SECURITY_E2E),
+    ("a wake-up outlives its call", "cells/server/src/machine.rs",
+     "        self.hooks.disarm_closed(self.key.0, &self.key.1);\n", "",
+     ["-p", "holdfast-cell", "--test", "cell", "a_waiting_acquire"]),
     ("a session is usable by anyone", "cells/server/src/cell.rs",
      "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
 ]

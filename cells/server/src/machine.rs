@@ -17,6 +17,30 @@ use std::time::Instant;
 use tokio::sync::{broadcast, oneshot};
 use tracing::error;
 
+/// A wake-up armed for one call; dropping it removes the wake-up from the table
+/// (unless another call for the same request still waits on its own).
+#[derive(Debug)]
+pub struct Armed {
+    hooks: Arc<Hooks>,
+    key: WaiterKey,
+    rx: Option<oneshot::Receiver<WaitResult>>,
+}
+
+impl Armed {
+    /// The wake-up, to wait on (once).
+    pub fn take(&mut self) -> oneshot::Receiver<WaitResult> {
+        self.rx.take().expect("a wake-up is taken once")
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        // Close our receiver first, so disarming sees this sender closed.
+        drop(self.rx.take());
+        self.hooks.disarm_closed(self.key.0, &self.key.1);
+    }
+}
+
 /// How a queued acquire ended, for the call that is waiting on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitResult {
@@ -43,6 +67,18 @@ impl Hooks {
     pub fn new() -> Arc<Hooks> {
         let (events, _) = broadcast::channel(4096);
         Arc::new(Hooks { clock: Mutex::new(None), arrivals: Mutex::new(CheckpointArrivals::default()), waiters: Mutex::new(HashMap::new()), events })
+    }
+
+    /// [`Hooks::arm`], with the wake-up dropped from the table however the call ends:
+    /// granted at once, refused, its proposal failed, or the caller went away.
+    pub fn arm_guarded(self: &Arc<Self>, session: SessionId, request_id: RequestId) -> Armed {
+        let rx = self.arm(session, request_id.clone());
+        Armed { hooks: self.clone(), key: (session, request_id), rx: Some(rx) }
+    }
+
+    /// Wake-ups armed and not yet fired or dropped.
+    pub fn armed(&self) -> usize {
+        self.waiters.lock().expect("waiters lock").values().map(Vec::len).sum()
     }
 
     /// Arms a wake-up for a queued acquire. Arm it *before* proposing the acquire, so

@@ -132,6 +132,12 @@ impl CellServer {
         self.cell.assume_leader().is_ok() && self.cell.hooks.clock.lock().expect("clock lock").is_some()
     }
 
+    /// Wake-ups armed for waiting acquires on this node (each is dropped when its call
+    /// ends, however it ends): for tests and diagnostics.
+    pub fn armed_wakeups(&self) -> usize {
+        self.cell.hooks.armed()
+    }
+
     /// Stops accepting calls, stops leader duties, stops Raft and closes RocksDB,
     /// within the configured deadline.
     pub async fn shutdown(self) {

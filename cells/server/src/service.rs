@@ -218,7 +218,8 @@ impl LockService for LockApi {
             return result;
         }
         // Armed before proposing: a grant may commit before we hear "queued".
-        let woken = (!wait.is_zero()).then(|| self.cell.hooks.arm(session, rid.clone()));
+        // Dropped (and the wake-up with it) however this call ends.
+        let mut armed = (!wait.is_zero()).then(|| self.cell.hooks.arm_guarded(session, rid.clone()));
         let cmd =
             Command::Acquire { shard: shard.clone(), epoch, name: name.clone(), session, mode, request_id: rid.clone(), value: r.value, wait: !wait.is_zero() };
         let outcome = self.cell.propose(leader, cmd).await;
@@ -230,11 +231,11 @@ impl LockService for LockApi {
             Ok(Outcome::Granted { token }) => granted(token),
             // A retry without a wait of a request that is already queued: it keeps its
             // place, but this call does not wait.
-            Ok(Outcome::Queued { .. }) if woken.is_none() => {
+            Ok(Outcome::Queued { .. }) if armed.is_none() => {
                 Err(status(ErrorCode::LockHeld, format!("request {rid} is queued for {name}; retry it with wait_timeout_ms to wait for the grant")))
             }
             Ok(Outcome::Queued { .. }) => {
-                let woken = woken.expect("checked above");
+                let woken = armed.as_mut().expect("checked above").take();
                 if let Some(clock) = self.cell.hooks.clock.lock().expect("clock lock").as_mut() {
                     clock.track_wait(session, rid.clone(), started + wait);
                 }
@@ -261,7 +262,7 @@ impl LockService for LockApi {
             Ok(other) => Err(unexpected(other)),
             Err(e) => Err(cell_status(&e)),
         };
-        self.cell.hooks.disarm_closed(session, &rid);
+        drop(armed);
         crate::metrics::acquire_answered(&shard.ns, started, &result);
         result
     }

@@ -304,3 +304,40 @@ async fn repeated_leader_changes_do_not_keep_a_dead_session_alive_past_the_bound
     assert!(ended - sent <= bound, "a dead session lived {:?} through {changes} leader changes; bound {bound:?}", ended - sent);
     cell.shutdown().await;
 }
+
+/// A wake-up is armed for every acquire that may wait, before it is proposed. It must
+/// go away however the call ends: granted at once, refused, or answered after waiting.
+/// Before, only a call that actually waited removed its own: a refused or at-once
+/// waiting acquire left one behind for good (a leak per call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_leaves_no_wake_up_behind_however_it_ends() {
+    let _g = serial().await;
+    let cell = TestCell::start(0).await;
+    let l = cell.leader().await;
+    let mut c = cell.client(l).await;
+    let (a, b) = (create_session(&mut c, 10_000).await, create_session(&mut c, 10_000).await);
+    c.acquire(acquire_req(a, "x", "a-1", 0)).await.unwrap();
+
+    info!("--- granted at once, though it could have waited");
+    c.acquire(acquire_req(b, "free", "b-1", 5_000)).await.unwrap();
+    info!("--- refused: a session waiting on a lock it holds");
+    let e = c.acquire(acquire_req(a, "x", "a-2", 5_000)).await.unwrap_err();
+    assert_eq!(code(&e), "LOCK_HELD");
+    info!("--- refused: an unknown session");
+    let e = c.acquire(acquire_req(999_999, "x", "z-1", 5_000)).await.unwrap_err();
+    assert_eq!(code(&e), "UNKNOWN_SESSION");
+    info!("--- waited, then granted when the holder released");
+    let mut waiter = c.clone();
+    let waiting = tokio::spawn(async move { waiter.acquire(acquire_req(b, "x", "b-2", 10_000)).await });
+    let deadline = Instant::now() + WAIT;
+    while cell.nodes[&l].armed_wakeups() == 0 {
+        assert!(Instant::now() < deadline, "the waiting acquire never armed its wake-up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = c.describe(pb::DescribeRequest { shard: shard(), name: "x".into() }).await.unwrap().into_inner();
+    c.release(pb::ReleaseRequest { shard: shard(), name: "x".into(), token: d.holders[0].token }).await.unwrap();
+    waiting.await.unwrap().expect("granted after the release");
+
+    assert_eq!(cell.nodes[&l].armed_wakeups(), 0, "wake-ups left armed after every call ended");
+    cell.shutdown().await;
+}
