@@ -54,6 +54,8 @@ MUTANTS = [
      "            Some(until) if now >= until => {", "            Some(until) if false && now >= until => {", SERVER_TESTS),
     ("fence check and write not atomic", "fence/src/rocks/mod.rs",
      "        let _serialized = self.stripe(&fkey);\n", "", SERVER_TESTS),
+    ("a renewal's clear that lands before its checkpoint counts", "cells/server/src/clock.rs",
+     "t.checkpointed = t.checkpoint_in_flight;", "t.checkpointed = false;", SERVER_TESTS),
     ("a grant reaches other namespaces", "core/src/access.rs",
      "(self.role >= role && ns.is_some() && self.ns.as_ref() == ns)", "(self.role >= role && ns.is_some())", ACCESS_TESTS),
     ("any secret of the right length matches a token", "rpc/src/bearer.rs",

@@ -6,7 +6,7 @@
 
 use crate::client::registry;
 use crate::ops::{emit, Gw};
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use holdfast_core::{Grant, NamespaceName, Role};
 use holdfast_proto::convert::{grant_from, grant_to};
 use holdfast_proto::registry::v1 as rpb;
@@ -22,12 +22,8 @@ pub enum RoleCmd {
     Grant {
         #[command(flatten)]
         gw: Gw,
-        /// `user:<name>` (a client certificate's user) or `token:<name>`.
-        principal: String,
-        role: Role,
-        /// The namespace (every role but operator).
-        #[arg(long)]
-        ns: Option<String>,
+        #[command(flatten)]
+        grant: GrantArgs,
     },
     /// Take a role back.
     ///
@@ -35,10 +31,8 @@ pub enum RoleCmd {
     Revoke {
         #[command(flatten)]
         gw: Gw,
-        principal: String,
-        role: Role,
-        #[arg(long)]
-        ns: Option<String>,
+        #[command(flatten)]
+        grant: GrantArgs,
     },
     /// Every grant, with the policy's version.
     ///
@@ -93,11 +87,24 @@ pub enum AuditCmd {
     },
 }
 
-fn grant(principal: String, role: Role, ns: Option<String>) -> Result<rpb::RoleGrant, String> {
-    let ns = ns.map(NamespaceName::new).transpose().map_err(|e| e.to_string())?;
-    let g = Grant { principal, role, ns };
-    g.validate()?;
-    Ok(grant_to(&g))
+/// Who, which role, where: a grant as the command line names it.
+#[derive(Debug, Args)]
+pub struct GrantArgs {
+    /// `user:<name>` (a client certificate's user) or `token:<name>`.
+    principal: String,
+    role: Role,
+    /// The namespace (every role but operator).
+    #[arg(long)]
+    ns: Option<String>,
+}
+
+impl GrantArgs {
+    fn into_pb(self) -> Result<rpb::RoleGrant, String> {
+        let ns = self.ns.map(NamespaceName::new).transpose().map_err(|e| e.to_string())?;
+        let g = Grant { principal: self.principal, role: self.role, ns };
+        g.validate()?;
+        Ok(grant_to(&g))
+    }
 }
 
 fn grant_row(g: &rpb::RoleGrant) -> Value {
@@ -109,13 +116,13 @@ fn grant_row(g: &rpb::RoleGrant) -> Value {
 
 pub async fn role(cmd: RoleCmd) -> Result<(), String> {
     match cmd {
-        RoleCmd::Grant { gw, principal, role, ns } => {
-            let req = rpb::GrantRoleRequest { grant: Some(grant(principal, role, ns)?) };
+        RoleCmd::Grant { gw, grant } => {
+            let req = rpb::GrantRoleRequest { grant: Some(grant.into_pb()?) };
             let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.grant_role(r).await })).await?;
             emit(gw.output, &json!({ "granted": grant_row(req.grant.as_ref().expect("set above")), "version": r.version }));
         }
-        RoleCmd::Revoke { gw, principal, role, ns } => {
-            let req = rpb::RevokeRoleRequest { grant: Some(grant(principal, role, ns)?) };
+        RoleCmd::Revoke { gw, grant } => {
+            let req = rpb::RevokeRoleRequest { grant: Some(grant.into_pb()?) };
             let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.revoke_role(r).await })).await?;
             emit(gw.output, &json!({ "revoked": grant_row(req.grant.as_ref().expect("set above")), "version": r.version }));
         }

@@ -37,6 +37,12 @@ struct SessionTimer {
     last_renew: Option<Instant>,
     /// Listed in a proposed checkpoint and not yet cleared: a renewal must clear first.
     checkpointed: bool,
+    /// Listed in a checkpoint that is proposed and not yet applied. A `ClearCheckpoint`
+    /// applied meanwhile may come before it in the log, so it does not clear the mark:
+    /// only a clear applied after the checkpoint does (else the checkpoint's remaining
+    /// TTL would outlive a confirmed renewal, and the next leader would expire a live
+    /// session early).
+    checkpoint_in_flight: bool,
     /// Its `ExpireSession` is proposed: no renewal can save it now.
     expiring: bool,
 }
@@ -85,7 +91,10 @@ impl LeaseClock {
                 Some(ms) => arrivals.seen(id).unwrap_or(now).min(now) + Duration::from_millis(ms),
                 None => now + ttl,
             };
-            clock.sessions.insert(id, SessionTimer { ttl, deadline, last_renew: None, checkpointed: checkpoint_ms.is_some(), expiring: false });
+            clock.sessions.insert(
+                id,
+                SessionTimer { ttl, deadline, last_renew: None, checkpointed: checkpoint_ms.is_some(), checkpoint_in_flight: false, expiring: false },
+            );
         }
         for (key, name, token, _) in state.holds() {
             if let Some(max_hold) = max_hold(state, &key.ns) {
@@ -150,11 +159,25 @@ impl LeaseClock {
             .filter(|(_, t)| !t.expiring && !t.checkpointed && t.last_renew.is_none_or(|r| now.saturating_duration_since(r) > t.ttl / 3 + slack))
             .map(|(id, t)| {
                 t.checkpointed = true;
+                t.checkpoint_in_flight = true;
                 (*id, t.deadline.saturating_duration_since(now).as_millis() as u64)
             })
             .collect();
         listed.sort();
         (!listed.is_empty()).then_some(Command::Checkpoint { sessions: listed })
+    }
+
+    /// The checkpoint `cmd` was not committed (its proposal failed): its sessions no
+    /// longer wait for it. They stay marked, so a renewal clears them; were the failed
+    /// proposal to commit after all, applying it marks them again.
+    pub fn checkpoint_not_committed(&mut self, cmd: &Command) {
+        if let Command::Checkpoint { sessions } = cmd {
+            for (id, _) in sessions {
+                if let Some(t) = self.sessions.get_mut(id) {
+                    t.checkpoint_in_flight = false;
+                }
+            }
+        }
     }
 
     /// Commands whose time has come: expiries, max holds, lifted delays, cancelled
@@ -214,14 +237,29 @@ impl LeaseClock {
         match cmd {
             Command::CreateSession { session, ttl_ms, .. } | Command::CreateOwnedSession { session, ttl_ms, .. } => {
                 let ttl = Duration::from_millis(*ttl_ms);
-                self.sessions.insert(*session, SessionTimer { ttl, deadline: now + ttl, last_renew: Some(now), checkpointed: false, expiring: false });
+                self.sessions.insert(
+                    *session,
+                    SessionTimer { ttl, deadline: now + ttl, last_renew: Some(now), checkpointed: false, checkpoint_in_flight: false, expiring: false },
+                );
             }
             Command::CloseSession { session } | Command::ExpireSession { session } => {
                 self.sessions.remove(session);
             }
             Command::ClearCheckpoint { session } => {
                 if let Some(t) = self.sessions.get_mut(session) {
-                    t.checkpointed = false;
+                    // Before the checkpoint it races with: that one still lands after.
+                    t.checkpointed = t.checkpoint_in_flight;
+                }
+            }
+            Command::Checkpoint { sessions } => {
+                // Applied: what it says stands until a clear applied from now on. Also
+                // for a session renewed since it was proposed (a proposal that failed
+                // here and committed later): its next renewal must clear again.
+                for (id, _) in sessions {
+                    if let Some(t) = self.sessions.get_mut(id) {
+                        t.checkpoint_in_flight = false;
+                        t.checkpointed = true;
+                    }
                 }
             }
             Command::LiftLockDelay { shard, name } => {
@@ -403,6 +441,52 @@ mod tests {
         assert_eq!(clock.renew(t0 + CP, SessionId(1)), Renewal::Confirmed { ttl_remaining: TTL });
         assert_eq!(st.session(SessionId(1)).unwrap().checkpoint_ms, None);
         assert_eq!(st.session(SessionId(2)).unwrap().checkpoint_ms, Some(2_500));
+    }
+
+    /// Issue #15, item 1: the checkpoint is marked when proposed but may be proposed
+    /// after other due commands; a renewal's `ClearCheckpoint` then commits *before*
+    /// it. That clear must not count: the checkpoint's remaining TTL lands after it and
+    /// would otherwise stay in the state while renewals are confirmed, and the next
+    /// leader would expire the live session at once.
+    #[test]
+    fn a_clear_that_commits_before_its_checkpoint_does_not_clear_it() {
+        let t0 = Instant::now();
+        let mut st = state_with_sessions(0, None);
+        let mut clock = LeaseClock::on_election(t0, &st, CP, &CheckpointArrivals::default());
+        let cp = clock.checkpoint(t0 + CP).expect("nobody renewed since the election");
+        // The renewal races ahead of the checkpoint's proposal.
+        assert_eq!(clock.renew(t0 + CP, SessionId(1)), Renewal::NeedsClear);
+        commit(&mut st, &mut clock, t0 + CP, Command::ClearCheckpoint { session: SessionId(1) });
+        assert_eq!(clock.renew(t0 + CP, SessionId(1)), Renewal::NeedsClear, "confirmed while its checkpoint is still to land");
+        commit(&mut st, &mut clock, t0 + CP, cp);
+        assert!(st.session(SessionId(1)).unwrap().checkpoint_ms.is_some());
+        // Only a clear after the checkpoint confirms, and it leaves nothing stale behind.
+        assert_eq!(clock.renew(t0 + CP, SessionId(1)), Renewal::NeedsClear);
+        commit(&mut st, &mut clock, t0 + CP, Command::ClearCheckpoint { session: SessionId(1) });
+        assert_eq!(clock.renew(t0 + CP, SessionId(1)), Renewal::Confirmed { ttl_remaining: TTL });
+        assert_eq!(st.session(SessionId(1)).unwrap().checkpoint_ms, None, "a confirmed renewal with a checkpoint left in the state");
+        // And so the next leader does not expire it early.
+        let next = LeaseClock::on_election(t0 + CP * 2, &st, CP, &CheckpointArrivals::default());
+        assert!(next.remaining(t0 + CP * 2, SessionId(1)).unwrap() >= TTL);
+    }
+
+    /// A checkpoint whose proposal failed, then committed anyway after a renewal was
+    /// confirmed: applying it marks the session again, so the next renewal clears it.
+    #[test]
+    fn a_checkpoint_committed_after_its_proposal_failed_is_cleared_by_the_next_renewal() {
+        let t0 = Instant::now();
+        let mut st = state_with_sessions(0, None);
+        let mut clock = LeaseClock::on_election(t0, &st, CP, &CheckpointArrivals::default());
+        let cp = clock.checkpoint(t0 + CP).expect("a checkpoint");
+        clock.checkpoint_not_committed(&cp);
+        assert_eq!(clock.renew(t0 + CP, SessionId(1)), Renewal::NeedsClear);
+        commit(&mut st, &mut clock, t0 + CP, Command::ClearCheckpoint { session: SessionId(1) });
+        assert!(matches!(clock.renew(t0 + CP, SessionId(1)), Renewal::Confirmed { .. }));
+        commit(&mut st, &mut clock, t0 + CP, cp);
+        assert_eq!(clock.renew(t0 + CP, SessionId(1)), Renewal::NeedsClear);
+        commit(&mut st, &mut clock, t0 + CP, Command::ClearCheckpoint { session: SessionId(1) });
+        assert!(matches!(clock.renew(t0 + CP, SessionId(1)), Renewal::Confirmed { .. }));
+        assert_eq!(st.session(SessionId(1)).unwrap().checkpoint_ms, None);
     }
 
     #[test]

@@ -56,8 +56,10 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
                 }
             };
             let now = Instant::now();
-            let mut commands = clock.due(now);
-            commands.extend(clock.checkpoint(now));
+            // The checkpoint first: the sessions it lists are marked from now, and the
+            // sooner it lands the shorter a racing renewal waits.
+            let mut commands: Vec<Command> = clock.checkpoint(now).into_iter().collect();
+            commands.extend(clock.due(now));
             (commands, clock.next_wakeup())
         };
         for cmd in commands {
@@ -74,6 +76,7 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
                 Command::ExpireSession { session } => cell.group.state().read(|m| m.state().session(*session).map(|v| v.home.ns)),
                 _ => None,
             };
+            let failed = matches!(cmd, Command::Checkpoint { .. }).then(|| cmd.clone());
             match cell.propose(leader, cmd).await {
                 Ok(Ok(_)) => {
                     if let Some(ns) = expiring_ns {
@@ -85,6 +88,9 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
                 Ok(Err(e)) => tracing::debug!(kind, error = %e, "timer command refused"),
                 Err(s) => {
                     warn!(kind, error = %s.message(), "timer command not committed; the clock proposes it again");
+                    if let (Some(cp), Some(clock)) = (&failed, cell.hooks.clock.lock().expect("clock lock").as_mut()) {
+                        clock.checkpoint_not_committed(cp);
+                    }
                     break;
                 }
             }
