@@ -71,6 +71,30 @@ impl Cell {
         gate.lock().expect("ownership lock").may_grant(Instant::now(), shard, epoch).map_err(|r| status(r.code, r.message))
     }
 
+    /// The ownership gate for any command that can hand a lock to someone: an acquire,
+    /// a release, an ended hold, a lifted lock-delay, a break, and anything that takes
+    /// a session with holds or waits out of the queues (close, expiry, a cancelled
+    /// wait: the next waiter may then be granted). Every such command passes here
+    /// before it is proposed (docs/guarantees.md: every granting path is gated).
+    pub fn may_propose(&self, cmd: &Command) -> Result<(), Status> {
+        let shard = match cmd {
+            Command::Acquire { shard, .. }
+            | Command::Release { shard, .. }
+            | Command::EndHold { shard, .. }
+            | Command::LiftLockDelay { shard, .. }
+            | Command::BreakLock { shard, .. } => shard.clone(),
+            Command::CloseSession { session } | Command::ExpireSession { session } | Command::CancelWait { session, .. } => {
+                match self.group.state().read(|m| m.state().session(*session)) {
+                    Some(v) if v.holds + v.waits > 0 => v.home,
+                    // Nothing held or queued: taking it away grants nothing.
+                    _ => return Ok(()),
+                }
+            }
+            _ => return Ok(()),
+        };
+        self.may_grant(&shard)
+    }
+
     /// A session is used only by the identity that created it (docs/security.md):
     /// `PERMISSION_DENIED` for anyone else. Sessions created by an unauthenticated
     /// caller (an `--insecure` cell) are bound to nobody. A session's owner never

@@ -64,13 +64,11 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
         };
         for cmd in commands {
             let kind = cmd.kind();
-            // Timers that can grant (a lifted lock-delay or an ended hold hands the lock
-            // to the next waiter) wait while the ownership lease is not held; the clock
-            // proposes them again shortly.
-            if let Command::LiftLockDelay { shard, .. } | Command::EndHold { shard, .. } = &cmd {
-                if cell.may_grant(shard).is_err() {
-                    continue;
-                }
+            // Timers that can grant (a lifted lock-delay, an ended hold, an expiry or a
+            // cancelled wait can hand a lock to the next waiter) wait while the
+            // ownership lease is not held; the clock proposes them again shortly.
+            if cell.may_propose(&cmd).is_err() {
+                continue;
             }
             let expiring_ns = match &cmd {
                 Command::ExpireSession { session } => cell.group.state().read(|m| m.state().session(*session).map(|v| v.home.ns)),

@@ -193,7 +193,10 @@ impl LockService for LockApi {
         let session = SessionId(req.into_inner().session_id);
         let leader = self.cell.assume_leader()?;
         self.cell.check_session_owner(&ctx, session)?;
-        match self.cell.propose(leader, Command::CloseSession { session }).await? {
+        let cmd = Command::CloseSession { session };
+        // Its holds and waits go to the next waiters: a grant like any other.
+        self.cell.may_propose(&cmd)?;
+        match self.cell.propose(leader, cmd).await? {
             Ok(_) => Ok(Response::new(pb::CloseSessionResponse {})),
             Err(e) => Err(cell_status(&e)),
         }
@@ -435,6 +438,9 @@ impl LockService for LockApi {
             return Err(invalid(format!("break-lock needs a reason of 1 to {MAX_REASON_BYTES} bytes; it is audited")));
         }
         let leader = self.cell.assume_leader()?;
+        // A break hands the lock to the next waiter: gated like any grant, and checked
+        // before the audit record is written.
+        self.cell.may_grant(&shard)?;
         // Written ahead: a break the durable audit log does not record does not happen.
         self.cell.audit(&ctx, "break_lock", format!("{shard} lock {name}: {}", r.reason)).await?;
         let cmd = Command::BreakLock { shard: shard.clone(), name: name.clone(), by: by.clone(), reason: r.reason.clone() };

@@ -303,3 +303,63 @@ async fn a_cell_that_lost_its_data_gets_its_shard_back_only_at_the_next_epoch() 
     assert_eq!((owner.cell.as_str(), owner.epoch), ("a", 2), "{owner:?}");
     w.shutdown().await;
 }
+
+/// Issue #15, item 2: every path that can hand a lock to a waiter is gated by the
+/// ownership lease, not only acquires. Once a cut-off cell has stopped granting, its
+/// holder's session closing or expiring must not grant the lock to the session queued
+/// behind it (that would be an old-epoch token while the registry may already let
+/// another cell grant at the next epoch). Before, both did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_cell_hands_no_lock_to_a_waiter_by_close_or_expiry() {
+    let _g = serial().await;
+    let w = World::start().await;
+    let ca = leader_client(&w.a).await;
+    // H1 and H2 hold x and y and stop renewing (their TTLs outlast the cut's effect);
+    // W1 and W2 queue behind them.
+    let ttl = LEASE_MS + 4_000;
+    let (h1, h2) = (session_at(&ca, ttl).await, session_at(&ca, ttl).await);
+    acquire_at(&ca, h1, "x", "h1-1").await;
+    acquire_at(&ca, h2, "y", "h2-1").await;
+    let (w1, w2) = (session_at(&ca, 60_000).await, session_at(&ca, 60_000).await);
+    let waiting: Vec<_> = [(w1, "x"), (w2, "y")]
+        .into_iter()
+        .map(|(s, name)| {
+            let mut c = ca.clone();
+            tokio::spawn(async move { c.acquire(acquire_req(s, name, &format!("w-{name}"), 30_000)).await })
+        })
+        .collect();
+
+    info!("--- cut A off from the registry; wait until it refuses acquires");
+    w.cut_a(true);
+    let deadline = Instant::now() + WAIT;
+    let mut n = 0;
+    loop {
+        n += 1;
+        let mut c = leader_client(&w.a).await;
+        if c.acquire(acquire_req(w1, &format!("probe-{n}"), &format!("p-{n}"), 0)).await.is_err() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "A never stopped granting");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    info!("--- H1 closes its session: refused, x is not handed to W1");
+    let mut c = leader_client(&w.a).await;
+    let e = c.close_session(pb::CloseSessionRequest { session_id: h1, shard: shard() }).await.expect_err("a close that would grant while cut off");
+    assert_eq!(code(&e), "UNAVAILABLE", "{e:?}");
+
+    info!("--- H2's TTL runs out: its expiry waits for the lease, y is not handed to W2");
+    tokio::time::sleep(Duration::from_millis(ttl + 2_000)).await;
+    for ((s, name), t) in [(w1, "x"), (w2, "y")].into_iter().zip(waiting) {
+        let d = leader_client(&w.a).await.describe(pb::DescribeRequest { shard: shard(), name: name.into() }).await.unwrap().into_inner();
+        assert!(d.holders.iter().all(|h| h.session_id != s), "the waiter was granted {name} while A was cut off: {d:?}");
+        if t.is_finished() {
+            let r = t.await.unwrap();
+            assert!(r.is_err(), "the waiter on {name} was granted while A was cut off: {r:?}");
+        } else {
+            t.abort();
+        }
+    }
+    w.cut_a(false);
+    w.shutdown().await;
+}
