@@ -69,7 +69,7 @@ MUTANTS = [
      "if header.total_bytes > MAX_SNAPSHOT_BYTES {", "if false && header.total_bytes > MAX_SNAPSHOT_BYTES {",
      ["-p", "holdfast-raft", "--test", "cluster", "a_snapshot_header"]),
     ("a session at its cap writes a Raft entry per refused attempt", "cells/server/src/service.rs",
-     "self.cell.check_session_room(session, &rid).and_then(|()| self.cell.may_grant(&shard))", "self.cell.may_grant(&shard)",
+     "self.cell.check_session_room(session, &rid).and_then(|()| self.cell.may_propose(&cmd))", "self.cell.may_propose(&cmd)",
      SECURITY_E2E),
     ("a wake-up outlives its call", "cells/server/src/machine.rs",
      "        self.hooks.disarm_closed(self.key.0, &self.key.1);\n", "",

@@ -494,13 +494,6 @@ fn sessions_tokens_ports_and_the_audit_log() {
     });
 }
 
-/// Resident set of process `pid` (Linux /proc), bytes.
-fn rss_of(pid: u64) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process runs");
-    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmRSS");
-    kb * 1024
-}
-
 /// A session that asks for far more than its share: 1,000 holds and waits are granted
 /// or queued, every further attempt (a hold, or a wait behind another session's hold)
 /// is refused with `QUOTA_EXCEEDED`, the session's count stays at the cap, and the cell
@@ -519,7 +512,7 @@ fn a_session_asking_for_thousands_of_holds_and_waits_is_capped_and_the_cell_stay
         let cell = &pg.endpoints["regions"]["east"]["cells"][0];
         let nodes = cell["nodes"].as_array().unwrap();
         let members: Vec<String> = nodes.iter().map(|n| n["client"].as_str().unwrap().to_owned()).collect();
-        let pids: Vec<u64> = nodes.iter().map(|n| n["pid"].as_u64().unwrap()).collect();
+        let pids: Vec<u32> = nodes.iter().map(|n| n["pid"].as_u64().unwrap() as u32).collect();
         let cell = Arc::new(Upstream::new(&pg.transport("root"), members, Hints::Anywhere));
         let budget = Budget::per_attempt(Duration::from_secs(10));
         let session = |label: &'static str| {
@@ -649,7 +642,7 @@ fn a_session_asking_for_thousands_of_holds_and_waits_is_capped_and_the_cell_stay
             }
         };
         let log_before = last_log().await;
-        let before: u64 = pids.iter().map(|p| rss_of(*p)).sum();
+        let before: u64 = pids.iter().map(|p| holdfast_testkit::rss_bytes(Some(*p))).sum();
         let t0 = Instant::now();
         // Over the cap: new holds, and new waits behind `other`'s locks.
         let attempts: Vec<_> = (0..refused_n)
@@ -663,7 +656,7 @@ fn a_session_asking_for_thousands_of_holds_and_waits_is_capped_and_the_cell_stay
             }
         }
         let took = t0.elapsed();
-        let after: u64 = pids.iter().map(|p| rss_of(*p)).sum();
+        let after: u64 = pids.iter().map(|p| holdfast_testkit::rss_bytes(Some(*p))).sum();
         assert_eq!(refused, refused_n);
         assert_eq!(count(cell.clone()).await, (400, 600), "the session holds and waits exactly its cap of {CAP}");
         let grown = after.saturating_sub(before);

@@ -68,7 +68,8 @@ impl Need {
 #[derive(Debug)]
 struct Copy {
     version: u64,
-    grants: Vec<Grant>,
+    /// Principal → its grants: a call looks up its caller's, not every grant.
+    grants: HashMap<String, Vec<Grant>>,
     /// Token name → SHA-256 of its secret (hex).
     tokens: HashMap<String, String>,
     fetched: Instant,
@@ -123,7 +124,7 @@ impl Access {
             (None, Some(id)) => id.to_string(),
             (None, None) => return Err(unauthenticated("no client certificate and no bearer token: present one (docs/security.md)")),
         };
-        if self.with_fresh(|c| c.grants.iter().any(|g| g.principal == principal && need.covered_by(g)))? {
+        if self.with_fresh(|c| c.grants.get(&principal).is_some_and(|gs| gs.iter().any(|g| need.covered_by(g))))? {
             Ok(ctx.clone().authenticated_as(principal))
         } else {
             Err(status(ErrorCode::PermissionDenied, format!("{principal} may not make this call: it needs {}", need.describe())))
@@ -168,17 +169,18 @@ impl Access {
                 return;
             }
         }
-        let mut grants = Vec::with_capacity(r.grants.len());
+        let mut grants: HashMap<String, Vec<Grant>> = HashMap::new();
+        let count = r.grants.len();
         for g in r.grants {
             match grant_from(g) {
-                Ok(g) => grants.push(g),
+                Ok(g) => grants.entry(g.principal.clone()).or_default().push(g),
                 // Written by a newer registry: not understood, so it grants nothing.
                 Err(e) => warn!(error = %e, "a grant this gateway cannot read: ignored"),
             }
         }
         let tokens = r.tokens.into_iter().map(|t| (t.name, t.sha256)).collect();
         if copy.as_ref().is_none_or(|c| c.version != r.version) {
-            info!(version = r.version, grants = grants.len(), "access policy fetched");
+            info!(version = r.version, grants = count, "access policy fetched");
         }
         *copy = Some(Copy { version: r.version, grants, tokens, fetched: now });
     }

@@ -307,7 +307,7 @@ async fn a_snapshot_header_claiming_too_much_is_refused_and_the_node_serves_on()
             total_bytes,
         })),
     };
-    let rss_before = rss_bytes();
+    let rss_before = holdfast_testkit::rss_bytes(None);
     for claimed in [1u64 << 40, u64::MAX, MAX_SNAPSHOT_BYTES + 1] {
         let e = raft.install_snapshot(tokio_stream::iter(vec![header(claimed)])).await.expect_err("a snapshot over the cap");
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
@@ -317,7 +317,7 @@ async fn a_snapshot_header_claiming_too_much_is_refused_and_the_node_serves_on()
     let parts = vec![header(512 << 20), pb::InstallSnapshotRequest { part: Some(Part::Chunk(vec![7; 1024])) }];
     let e = raft.install_snapshot(tokio_stream::iter(parts)).await.expect_err("a truncated snapshot");
     assert_eq!(e.code(), tonic::Code::DataLoss, "{e:?}");
-    let grown = rss_bytes().saturating_sub(rss_before);
+    let grown = holdfast_testkit::rss_bytes(None).saturating_sub(rss_before);
     assert!(grown < 64 << 20, "the claims made this process grow by {} MiB", grown >> 20);
 
     // The follower still follows: a write reaches every node.
@@ -325,11 +325,4 @@ async fn a_snapshot_header_claiming_too_much_is_refused_and_the_node_serves_on()
     c.wait_applied(&[1, 2, 3], idx, "after the refused snapshots").await;
     assert_eq!(c.values(follower), vec![1]);
     c.shutdown().await;
-}
-
-/// This process's resident set (Linux /proc), bytes.
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmRSS");
-    kb * 1024
 }

@@ -4,12 +4,15 @@
 //!
 //! - [`serial`]: one cluster test at a time within a test binary;
 //! - [`proxy::Proxy`]: a TCP proxy a test can cut, to partition one process's view of
-//!   another (a cell from the registry, a gateway from the registry).
+//!   another (a cell from the registry, a gateway from the registry);
+//! - [`rss_bytes`]: a process's resident memory, for tests that bound it.
 //!
 //! A test registry is the registry crate's own (`holdfast_registry::testing`, feature
 //! `test-support`).
 
+mod memory;
 pub mod proxy;
 mod serial;
 
+pub use memory::rss_bytes;
 pub use serial::serial;

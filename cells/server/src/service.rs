@@ -217,7 +217,9 @@ impl LockService for LockApi {
         }
         let leader = self.cell.assume_leader()?;
         self.cell.check_session_owner(&ctx, session)?;
-        if let Err(e) = self.cell.check_session_room(session, &rid).and_then(|()| self.cell.may_grant(&shard)) {
+        let cmd =
+            Command::Acquire { shard: shard.clone(), epoch, name: name.clone(), session, mode, request_id: rid.clone(), value: r.value, wait: !wait.is_zero() };
+        if let Err(e) = self.cell.check_session_room(session, &rid).and_then(|()| self.cell.may_propose(&cmd)) {
             let result = Err(e);
             crate::metrics::acquire_answered(&shard.ns, started, &result);
             return result;
@@ -225,8 +227,6 @@ impl LockService for LockApi {
         // Armed before proposing: a grant may commit before we hear "queued".
         // Dropped (and the wake-up with it) however this call ends.
         let mut armed = (!wait.is_zero()).then(|| self.cell.hooks.arm_guarded(session, rid.clone()));
-        let cmd =
-            Command::Acquire { shard: shard.clone(), epoch, name: name.clone(), session, mode, request_id: rid.clone(), value: r.value, wait: !wait.is_zero() };
         let outcome = self.cell.propose(leader, cmd).await;
         let granted = |token: FencingToken| {
             debug!(shard = %shard, lock = %name, session = %session, token = token.0, "granted");
@@ -283,8 +283,9 @@ impl LockService for LockApi {
             self.cell.check_session_owner(&ctx, session)?;
         }
         // A release hands the lock to the next waiter: a grant like any other.
-        self.cell.may_grant(&shard)?;
-        match self.cell.propose(leader, Command::Release { shard, name, token: FencingToken(r.token) }).await? {
+        let cmd = Command::Release { shard, name, token: FencingToken(r.token) };
+        self.cell.may_propose(&cmd)?;
+        match self.cell.propose(leader, cmd).await? {
             Ok(_) => Ok(Response::new(pb::ReleaseResponse {})),
             Err(e) => Err(cell_status(&e)),
         }
@@ -440,10 +441,10 @@ impl LockService for LockApi {
         let leader = self.cell.assume_leader()?;
         // A break hands the lock to the next waiter: gated like any grant, and checked
         // before the audit record is written.
-        self.cell.may_grant(&shard)?;
+        let cmd = Command::BreakLock { shard: shard.clone(), name: name.clone(), by: by.clone(), reason: r.reason.clone() };
+        self.cell.may_propose(&cmd)?;
         // Written ahead: a break the durable audit log does not record does not happen.
         self.cell.audit(&ctx, "break_lock", format!("{shard} lock {name}: {}", r.reason)).await?;
-        let cmd = Command::BreakLock { shard: shard.clone(), name: name.clone(), by: by.clone(), reason: r.reason.clone() };
         match self.cell.propose(leader, cmd).await? {
             Ok(Outcome::Broken { floor, ended }) => {
                 crate::metrics::lock_broken(&shard.ns);
