@@ -184,4 +184,16 @@ mod tests {
         let page = a.audit_after(2, 2);
         assert_eq!(page.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![3, 4]);
     }
+
+    #[test]
+    fn the_audit_log_keeps_the_newest_records_and_never_reuses_a_number() {
+        let mut a = Access::default();
+        for i in 0..AUDIT_CAP as u64 + 3 {
+            a.audit(i, "user:root", "place_shard", "pay/default").unwrap();
+        }
+        assert_eq!(a.audit.len(), AUDIT_CAP);
+        let oldest = a.audit_after(0, 1);
+        assert_eq!(oldest[0].seq, 4, "the three oldest went first");
+        assert_eq!(a.audit_after(AUDIT_CAP as u64 + 2, 10).iter().map(|r| r.seq).collect::<Vec<_>>(), vec![AUDIT_CAP as u64 + 3]);
+    }
 }
