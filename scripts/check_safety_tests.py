@@ -74,6 +74,9 @@ MUTANTS = [
     ("a wake-up outlives its call", "cells/server/src/machine.rs",
      "        self.hooks.disarm_closed(self.key.0, &self.key.1);\n", "",
      ["-p", "holdfast-cell", "--test", "cell", "a_waiting_acquire"]),
+    ("a node whose storage failed serves on", "raft/src/serving.rs",
+     "                failure.fail(fatal.to_string());\n                stop.cancel();\n", "                let _ = fatal;\n",
+     ["-p", "holdfast", "--test", "processes", "a_leader_whose_disk"]),
     ("a session is usable by anyone", "cells/server/src/cell.rs",
      "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
 ]

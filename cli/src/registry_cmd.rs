@@ -2,7 +2,7 @@
 //! `holdfast cell init` against a registry node's Raft address: both groups serve the
 //! same RaftAdmin there.
 
-use crate::serve::{until_signal, NodeArgs};
+use crate::serve::{until_signal_or_failure, NodeArgs};
 use clap::{Args, Subcommand};
 use holdfast_registry::{RegistryConfig, RegistryServer};
 
@@ -39,6 +39,5 @@ async fn run_node(a: RunArgs) -> Result<(), String> {
     }
     let server = RegistryServer::bind(&cfg).await.map_err(|e| format!("cannot start the registry node: {e}"))?;
     println!("registry node {} up: raft {} client {}", cfg.node_id, server.raft_addr(), server.client_addr());
-    until_signal(server.shutdown()).await;
-    Ok(())
+    until_signal_or_failure(server.failure(), server.shutdown()).await
 }

@@ -162,8 +162,25 @@ async fn run_node(a: RunArgs) -> Result<(), String> {
     }
     let server = CellServer::start(&cfg).await.map_err(|e| format!("cannot start the node: {e}"))?;
     println!("cell {} node {} up: raft {} client {}", cfg.cell, cfg.node_id, server.raft_addr(), server.client_addr());
-    until_signal(server.shutdown()).await;
-    Ok(())
+    until_signal_or_failure(server.failure(), server.shutdown()).await
+}
+
+/// Runs a Raft node until SIGINT or SIGTERM, or until its Raft stops on a fatal error
+/// (a storage write failed); then `stop`. A failed node's process exits non-zero, so a
+/// supervisor sees it and `/readyz` is gone.
+pub(crate) async fn until_signal_or_failure(failure: holdfast_raft::Failure, stop: impl std::future::Future<Output = ()>) -> Result<(), String> {
+    let failed = tokio::select! {
+        _ = wait_for_signal() => None,
+        why = failure.wait() => Some(why),
+    };
+    if failed.is_none() {
+        second_signal_exits();
+    }
+    stop.await;
+    match failed {
+        None => Ok(()),
+        Some(why) => Err(format!("the node stopped on a fatal error: {why}")),
+    }
 }
 
 /// Runs until SIGINT or SIGTERM, then `stop` (a second signal exits at once).

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{holdfast, kill, root, wait_for, Dev};
+use common::{holdfast, kill, needs_root, wait_for, Dev};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -79,8 +79,7 @@ fn progress(state: &Path) -> String {
 
 #[test]
 fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource() {
-    if !root() {
-        eprintln!("SKIPPED: network namespaces need root (CI runs as root)");
+    if !needs_root("drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource", "network namespaces") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{alive, https_client, kill, root, wait_for, Dev, BIN, WAIT};
+use common::{alive, https_client, kill, needs_root, wait_for, Dev, BIN, WAIT};
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -66,8 +66,7 @@ fn bridge_port(port: &str, state: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn netns_playground_cuts_a_region_off_heals_it_and_leaves_nothing_behind() {
-    if !root() {
-        eprintln!("SKIPPED netns_playground_cuts_a_region_off_heals_it_and_leaves_nothing_behind: not root (holdfast dev --netns needs root)");
+    if !needs_root("netns_playground_cuts_a_region_off_heals_it_and_leaves_nothing_behind", "holdfast dev --netns") {
         return;
     }
     let root_dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,8 @@
 //! A 3-node cell of real `holdfast cell run` processes on loopback: failures only a
-//! process can have — stopped by SIGSTOP, its wall clock stepped by libfaketime.
-//! Each test reads as phases; waits are on conditions with deadlines.
+//! process can have — stopped by SIGSTOP, its wall clock stepped by libfaketime, its
+//! disk full. Each test reads as phases; waits are on conditions with deadlines.
+
+mod common;
 
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
@@ -26,7 +28,9 @@ struct Node {
 
 struct ProcCell {
     nodes: Vec<Node>,
-    _dir: tempfile::TempDir,
+    /// tmpfs mounted as node data directories (unmounted on drop).
+    mounts: Vec<PathBuf>,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for ProcCell {
@@ -36,14 +40,40 @@ impl Drop for ProcCell {
             let _ = n.child.kill();
             let _ = n.child.wait();
         }
+        for m in &self.mounts {
+            let _ = Command::new("umount").arg("-l").arg(m).status();
+        }
     }
 }
+
+/// The small disk a node gets in [`ProcCell::start_on_tmpfs`].
+const TMPFS_SIZE: &str = "48m";
 
 impl ProcCell {
     /// Starts 3 node processes (under libfaketime reading `faketime_file`, if given),
     /// forms the cell with the CLI, and serves namespace `pay`, shard `default`.
     async fn start(faketime_file: Option<&Path>) -> ProcCell {
+        Self::start_with(faketime_file, false).await
+    }
+
+    /// Like [`ProcCell::start`], each node's data directory on its own small tmpfs
+    /// (root only), so that a test can fill one node's disk.
+    async fn start_on_tmpfs() -> ProcCell {
+        Self::start_with(None, true).await
+    }
+
+    async fn start_with(faketime_file: Option<&Path>, tmpfs: bool) -> ProcCell {
         let dir = tempfile::tempdir().unwrap();
+        let mut mounts = Vec::new();
+        if tmpfs {
+            for id in 1..=3u64 {
+                let m = dir.path().join(format!("node-{id}"));
+                std::fs::create_dir(&m).unwrap();
+                let size = format!("size={TMPFS_SIZE}");
+                assert!(Command::new("mount").args(["-t", "tmpfs", "-o", &size, "tmpfs"]).arg(&m).status().unwrap().success(), "mount tmpfs");
+                mounts.push(m);
+            }
+        }
         let mut nodes = Vec::new();
         for id in 1..=3u64 {
             let mut cmd = Command::new(BIN);
@@ -78,7 +108,7 @@ impl ProcCell {
             let (Some(raft), Some(client)) = (raft, client) else { panic!("node {id} did not start: {line:?}") };
             nodes.push(Node { id, child, raft, client });
         }
-        let cell = ProcCell { nodes, _dir: dir };
+        let cell = ProcCell { nodes, mounts, dir };
         let mut init = Command::new(BIN);
         init.args(["cell", "init", "--insecure", "--raft-endpoint", &cell.nodes[0].raft]);
         for n in &cell.nodes {
@@ -141,6 +171,15 @@ impl ProcCell {
 
     async fn client(&self, id: u64) -> LockServiceClient<Channel> {
         LockServiceClient::new(holdfast_rpc::Transport::insecure().connect(&self.node(id).client).await.unwrap())
+    }
+
+    fn data_dir(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}"))
+    }
+
+    /// The node's exit status, if it has exited.
+    fn exited(&mut self, id: u64) -> Option<std::process::ExitStatus> {
+        self.nodes.iter_mut().find(|n| n.id == id).unwrap().child.try_wait().unwrap()
     }
 
     fn signal(&self, id: u64, sig: &str) {
@@ -319,4 +358,83 @@ async fn wall_clock_steps_of_hours_change_no_expiry() {
     keeper.abort();
     let d = c.describe(pb::DescribeRequest { shard: shard(), name: "live".into() }).await.unwrap().into_inner();
     assert_eq!(holders(&d), vec![(live, t_live)]);
+}
+
+/// Fills the filesystem holding `dir` until a write fails with "no space left".
+fn fill_disk(dir: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
+    let block = vec![0xa5u8; 1 << 20];
+    loop {
+        match f.write_all(&block) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+            Err(e) => panic!("filling {}: {e}", dir.display()),
+        }
+    }
+    // Also the last partial block's worth: small writes until nothing fits.
+    while f.write_all(&[0u8; 512]).is_ok() {}
+    let _ = f.sync_all();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_disk_fills_exits_non_zero_and_the_cell_serves_on() {
+    if !common::needs_root("a_leader_whose_disk_fills_exits_non_zero_and_the_cell_serves_on", "tmpfs mounts") {
+        return;
+    }
+    let mut cell = ProcCell::start_on_tmpfs().await;
+    let (old, _) = cell.leader_among(&[1, 2, 3]).await;
+    let c_old = cell.client(old).await;
+    let s = {
+        let mut c = c_old.clone();
+        session(&mut c, 60_000).await
+    };
+
+    // --- the leader's disk fills up; writes go on at it (1 KiB values, 8 at a time)
+    fill_disk(&cell.data_dir(old));
+    let started = Instant::now();
+    let value = vec![b'v'; 1024];
+    let mut next = 0u64;
+    let status = loop {
+        if let Some(status) = cell.exited(old) {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "the leader kept running 90 s after its disk filled ({next} acquires sent)");
+        // Eight lock names, each taken and given back: every call is a write.
+        let batch: Vec<_> = (0..8u64)
+            .map(|k| {
+                next += 1;
+                let mut c = c_old.clone();
+                let mut req = acquire_req(s, &format!("k{k}"), &format!("r{next}"), 0);
+                req.value = value.clone();
+                tokio::spawn(async move {
+                    let took = tokio::time::timeout(Duration::from_secs(2), c.acquire(req)).await;
+                    if let Ok(Ok(r)) = took {
+                        let release = pb::ReleaseRequest { shard: shard(), name: format!("k{k}"), token: r.into_inner().token };
+                        let _ = tokio::time::timeout(Duration::from_secs(2), c.release(release)).await;
+                    }
+                })
+            })
+            .collect();
+        for b in batch {
+            let _ = b.await;
+        }
+    };
+    // --- it stopped itself: a non-zero exit a supervisor sees, not a zombie leader
+    assert!(!status.success(), "the node exited with success after a fatal storage error: {status}");
+    eprintln!("the leader exited with {status} {:?} after its disk filled ({next} acquires sent)", started.elapsed());
+
+    // --- the other two elect a leader and grant
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != old).collect();
+    let (new, _) = cell.leader_among(&others).await;
+    let mut c_new = cell.client(new).await;
+    let s2 = session(&mut c_new, TTL_MS).await;
+    let t = until_ok("acquire at the new leader", || {
+        let mut c = c_new.clone();
+        async move { c.acquire(acquire_req(s2, "after", "after-1", 0)).await }
+    })
+    .await
+    .into_inner()
+    .token;
+    assert!(t > 0);
 }

@@ -6,14 +6,68 @@
 use crate::error::InitError;
 use crate::node::RaftNode;
 use crate::sm_store::ReplicatedState;
-use crate::types::{Node, NodeId, RaftMetrics};
+use crate::types::{Fatal, Node, NodeId, Raft, RaftMetrics};
 use holdfast_rpc::{CancellationToken, GrpcRouter, Tasks, Transport};
+use openraft::async_runtime::WatchReceiver;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tracing::warn;
+use tracing::{error, warn};
+
+/// Fires once the node's Raft stopped on its own — a storage read or write failed, or
+/// openraft panicked. Such a node must not serve on: openraft may still report it as
+/// the leader, but nothing it confirms is durable. [`Serving`] then stops every duty
+/// and the client API at once, readiness turns false, and the process that ran it
+/// exits non-zero (`holdfast cell run`, `holdfast registry run`); a supervisor
+/// restarts it on its data, or an operator replaces the disk.
+#[derive(Debug, Clone, Default)]
+pub struct Failure {
+    fired: CancellationToken,
+    reason: Arc<OnceLock<String>>,
+}
+
+impl Failure {
+    pub fn is_failed(&self) -> bool {
+        self.fired.is_cancelled()
+    }
+
+    /// Waits until the node failed; returns why.
+    pub async fn wait(&self) -> String {
+        self.fired.cancelled().await;
+        self.reason.get().cloned().unwrap_or_default()
+    }
+
+    fn fail(&self, reason: String) {
+        let _ = self.reason.set(reason);
+        self.fired.cancel();
+    }
+}
+
+/// Watches `raft` until it stops on a fatal error other than a requested shutdown,
+/// then records it in `failure` and fires `stop` (every duty and the client API).
+async fn watch_fatal<S: ReplicatedState>(raft: Raft<S>, failure: Failure, stop: CancellationToken) {
+    let mut metrics = raft.metrics();
+    // After the sender is gone (Raft ended), the last value is read once more.
+    let mut last = false;
+    loop {
+        let running = metrics.borrow_watched().running_state.clone();
+        match running {
+            Err(Fatal::Stopped) => return,
+            Err(fatal) => {
+                error!(error = %fatal, "raft stopped on a fatal error: this node stops serving and its process exits non-zero");
+                failure.fail(fatal.to_string());
+                stop.cancel();
+                return;
+            }
+            Ok(()) if last => return,
+            Ok(()) => {}
+        }
+        last = metrics.changed().await.is_err();
+    }
+}
 
 #[derive(Debug)]
 pub struct Serving<S: ReplicatedState> {
@@ -22,6 +76,7 @@ pub struct Serving<S: ReplicatedState> {
     /// The client API server and every duty: all stop with [`Serving::shutdown`].
     tasks: Tasks,
     deadline: Duration,
+    failure: Failure,
 }
 
 impl<S: ReplicatedState> Serving<S> {
@@ -38,7 +93,14 @@ impl<S: ReplicatedState> Serving<S> {
                 warn!(error = %e, "the {what} server ended with an error");
             }
         });
-        Serving { node, client_addr, tasks, deadline }
+        let failure = Failure::default();
+        tasks.spawn("fatal-error watch", watch_fatal(node.raft().clone(), failure.clone(), tasks.stop_token()));
+        Serving { node, client_addr, tasks, deadline, failure }
+    }
+
+    /// Fires if Raft stops on a fatal error (see [`Failure`]).
+    pub fn failure(&self) -> Failure {
+        self.failure.clone()
     }
 
     /// Fires when the node starts shutting down: every duty watches it.

@@ -118,8 +118,11 @@ impl CellServer {
         }
         if let Some(listener) = metrics {
             let ready_cell = cell.clone();
-            // Ready: this node knows a leader of its cell, so calls to it get an answer.
-            let ready: holdfast_telemetry::Readiness = Arc::new(move || holdfast_raft::current_metrics(ready_cell.group.raft()).current_leader.is_some());
+            let failure = serving.failure();
+            // Ready: this node knows a leader of its cell, so calls to it get an answer;
+            // never after its Raft stopped on a fatal error.
+            let ready: holdfast_telemetry::Readiness =
+                Arc::new(move || !failure.is_failed() && holdfast_raft::current_metrics(ready_cell.group.raft()).current_leader.is_some());
             serving.spawn("metrics upkeep", holdfast_telemetry::upkeep());
             serving.serve_http("metrics endpoint", holdfast_telemetry::router(ready), listener);
         }

@@ -140,12 +140,27 @@ pub fn all_pids(v: &Value) -> Vec<u32> {
     pids.into_iter().filter_map(|p| p.as_u64()).map(|p| p as u32).collect()
 }
 
-/// Running as root (network namespaces need it).
-pub fn root() -> bool {
+/// Running as root (network namespaces and tmpfs mounts need it)?
+fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)).map(|id| id == "0"))
         .unwrap_or(false)
+}
+
+/// May test `name`, which needs root for `why`, run here? Not as root it is skipped
+/// with a printed reason — unless `HOLDFAST_ROOT_TESTS=required` (CI sets it), where a
+/// skip would hide a test that never ran: then it fails.
+pub fn needs_root(name: &str, why: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var("HOLDFAST_ROOT_TESTS").as_deref() != Ok("required"),
+        "{name} needs root ({why}) and HOLDFAST_ROOT_TESTS=required: run the suite as root"
+    );
+    eprintln!("SKIPPED {name}: not root ({why})");
+    false
 }
 
 /// An HTTPS client presenting root's certificate of the playground in `data` (the
