@@ -77,6 +77,13 @@ MUTANTS = [
     ("a node whose storage failed serves on", "raft/src/serving.rs",
      "                failure.fail(fatal.to_string());\n                stop.cancel();\n", "                let _ = fatal;\n",
      ["-p", "holdfast", "--test", "processes", "a_leader_whose_disk"]),
+    ("a deposed cell leader's renewal is believed", "registry/server/src/service.rs",
+     "if term < *seen && now.duration_since(*at) < lease {", "if false && term < *seen && now.duration_since(*at) < lease {",
+     ["-p", "holdfast-registry", "--test", "registry", "a_deposed_cell_leaders"]),
+    ("a cell grants before the registry recorded its adoption", "cells/server/src/ownership.rs",
+     "        if !c.adopted {", "        if false && !c.adopted {", SERVER_TESTS),
+    ("a shard at the end of its seq never asks for the next epoch", "cells/server/src/ownership.rs",
+     "!s.sealed && s.seq < Seq::BUMP_THRESHOLD", "!s.sealed", SERVER_TESTS),
     ("a session is usable by anyone", "cells/server/src/cell.rs",
      "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
 ]

@@ -8,7 +8,7 @@
 //! (namespaces and shards come from `CellAdmin` calls, and no lease gates grants).
 
 use crate::cell::Cell;
-use crate::ownership::{plan, Listed, OwnershipLease, Step};
+use crate::ownership::{plan, served, Listed, OwnershipLease, Step};
 use holdfast_cell_state::{Command, Outcome};
 use holdfast_core::{Epoch, LockName, NamespaceConfig};
 use holdfast_proto::convert::{namespace_from, shard_key};
@@ -39,8 +39,9 @@ impl RegistryLink {
         Budget::per_attempt(self.registry.transport().options().request_timeout())
     }
 
-    async fn renew(&mut self, serving: Vec<rpb::ServedShard>) -> Result<rpb::RenewOwnershipResponse, String> {
-        let req = rpb::RenewOwnershipRequest { cell: self.cell.clone(), serving };
+    /// Renews as the cell's leader in `term` (the registry refuses a deposed one).
+    async fn renew(&mut self, serving: Vec<rpb::ServedShard>, term: u64) -> Result<rpb::RenewOwnershipResponse, String> {
+        let req = rpb::RenewOwnershipRequest { cell: self.cell.clone(), serving, leader_term: term };
         self.registry
             .call(self.budget(), |ch| {
                 let req = req.clone();
@@ -72,8 +73,11 @@ pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, shut
         *gate.lock().expect("ownership lock") = OwnershipLease::new(margin);
         info!(term, "following the registry: renewing the ownership lease");
         while cell.group.leader_in_term(term).is_some() && !shutdown.is_cancelled() {
-            let pause = match follow_once(&cell, &mut link).await {
-                Ok(lease) => lease / 3,
+            let pause = match follow_once(&cell, &mut link, term).await {
+                // An adoption the registry has not recorded holds this cell's grants
+                // back: report it at once rather than in lease/3.
+                Ok(Renewed { unrecorded: true, .. }) => Duration::ZERO,
+                Ok(Renewed { lease, .. }) => lease / 3,
                 Err(e) => {
                     warn!(error = %e, "ownership renewal failed; the cell stops granting when its lease runs out");
                     RETRY
@@ -88,19 +92,26 @@ pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, shut
     }
 }
 
-/// One renewal and everything it requires. Returns the lease length.
-async fn follow_once(cell: &Cell, link: &mut RegistryLink) -> Result<Duration, String> {
+/// What one renewal left.
+struct Renewed {
+    lease: Duration,
+    /// The cell now serves an epoch the registry lists as not yet adopted (it adopted
+    /// it just now): the next renewal reports it, and grants wait for that.
+    unrecorded: bool,
+}
+
+/// One renewal and everything it requires, as the cell's leader in `term`.
+async fn follow_once(cell: &Cell, link: &mut RegistryLink, term: u64) -> Result<Renewed, String> {
     // What this cell serves, so the registry notices a shard it lost (data loss):
     // that one comes back only at the next epoch.
     let serving = cell.group.state().read(|m| {
-        m.state()
-            .shards()
-            .filter(|s| !s.sealed)
-            .map(|s| rpb::ServedShard { ns: s.key.ns.to_string(), shard: s.key.shard.to_string(), epoch: s.epoch.0 })
+        served(m.state().shards())
+            .into_iter()
+            .map(|(key, epoch)| rpb::ServedShard { ns: key.ns.to_string(), shard: key.shard.to_string(), epoch: epoch.0 })
             .collect()
     });
     let sent = Instant::now();
-    let answer = link.renew(serving).await?;
+    let answer = link.renew(serving, term).await?;
     let lease = Duration::from_millis(answer.lease_ms);
     let listed = answer.shards.into_iter().map(listed_from).collect::<Result<Vec<_>, _>>()?;
     let configs = answer
@@ -148,12 +159,14 @@ async fn follow_once(cell: &Cell, link: &mut RegistryLink) -> Result<Duration, S
             Err(e) => warn!(shard, epoch, error = %e, "seal not reported; retried at the next renewal"),
         }
     }
-    Ok(lease)
+    let now_served = cell.group.state().read(|m| served(m.state().shards()));
+    let unrecorded = listed.iter().filter(|l| !l.adopted && !l.draining).any(|l| now_served.contains(&(l.shard.clone(), l.epoch)));
+    Ok(Renewed { lease, unrecorded })
 }
 
 fn listed_from(s: rpb::OwnedShard) -> Result<Listed, String> {
     let shard = shard_key(s.ns, s.shard).map_err(|e| format!("registry listed a bad shard: {e:?}"))?;
     let delayed_locks =
         s.delayed_locks.into_iter().map(LockName::new).collect::<Result<Vec<_>, _>>().map_err(|e| format!("registry listed a bad lock name: {e}"))?;
-    Ok(Listed { shard, epoch: Epoch(s.epoch), draining: s.draining, delayed_locks, previous_unsealed: s.previous_unsealed })
+    Ok(Listed { shard, epoch: Epoch(s.epoch), draining: s.draining, delayed_locks, previous_unsealed: s.previous_unsealed, adopted: s.adopted })
 }

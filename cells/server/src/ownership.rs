@@ -12,8 +12,8 @@
 //! `follow.rs`. Only the leader has an `OwnershipLease`; a new leader starts with an
 //! empty one.
 
-use holdfast_cell_state::{CellState, Command};
-use holdfast_core::{Epoch, ErrorCode, LockName, NamespaceConfig, ShardKey};
+use holdfast_cell_state::{CellState, Command, ShardView};
+use holdfast_core::{Epoch, ErrorCode, LockName, NamespaceConfig, Seq, ShardKey};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -29,12 +29,17 @@ pub struct Listed {
     /// The previous owner never sealed (unplanned move): every lock may have a holder
     /// somewhere, so the whole shard stays quiet for the namespace's lock-delay.
     pub previous_unsealed: bool,
+    /// The registry has recorded that this cell serves the epoch. Until then the cell
+    /// grants nothing in it: were its data lost before the record, it would adopt the
+    /// same epoch again and issue the same tokens twice.
+    pub adopted: bool,
 }
 
 #[derive(Debug, Clone)]
 struct Covered {
     epoch: Epoch,
     draining: bool,
+    adopted: bool,
     /// No grants before this instant (lock-delay after an unplanned move).
     quiet_until: Option<Instant>,
 }
@@ -74,7 +79,7 @@ impl OwnershipLease {
                 Some(c) if c.epoch == l.epoch => c.quiet_until,
                 _ => l.previous_unsealed.then(|| now + lock_delay(&l.shard)),
             };
-            next.insert(l.shard.clone(), Covered { epoch: l.epoch, draining: l.draining, quiet_until });
+            next.insert(l.shard.clone(), Covered { epoch: l.epoch, draining: l.draining, adopted: l.adopted, quiet_until });
         }
         self.shards = next;
     }
@@ -98,6 +103,9 @@ impl OwnershipLease {
         }
         if c.epoch != epoch {
             return refuse(ErrorCode::Moving, format!("shard {shard} is being adopted at epoch {} (serving {}); retry", c.epoch.0, epoch.0));
+        }
+        if !c.adopted {
+            return refuse(ErrorCode::Moving, format!("shard {shard} is being adopted at epoch {}: the registry has not recorded it yet; retry", c.epoch.0));
         }
         if let Some(q) = c.quiet_until.filter(|q| now < *q) {
             return refuse(
@@ -125,6 +133,15 @@ impl OwnershipLease {
     pub fn held(&self, now: Instant) -> bool {
         self.until.is_some_and(|u| now < u)
     }
+}
+
+/// What a renewal reports as served: every unsealed shard and its epoch — except a
+/// shard whose seq reached [`Seq::BUMP_THRESHOLD`]. Left out, it reads to the registry
+/// like a lost epoch: it commits `Restarted`, lists the shard at the next epoch, and
+/// the cell adopts that in place (sealing the old one), so tokens go on growing with
+/// 2^30 grants of room to spare.
+pub fn served(shards: impl Iterator<Item = ShardView>) -> Vec<(ShardKey, Epoch)> {
+    shards.filter(|s| !s.sealed && s.seq < Seq::BUMP_THRESHOLD).map(|s| (s.key, s.epoch)).collect()
 }
 
 /// What the leader does to follow one answer.
@@ -184,7 +201,7 @@ mod tests {
     }
 
     fn listed(s: &str, epoch: u32) -> Listed {
-        Listed { shard: key(s), epoch: Epoch(epoch), draining: false, delayed_locks: vec![], previous_unsealed: false }
+        Listed { shard: key(s), epoch: Epoch(epoch), draining: false, delayed_locks: vec![], previous_unsealed: false, adopted: true }
     }
 
     fn config(version: u64) -> NamespaceConfig {
@@ -226,6 +243,35 @@ mod tests {
         // The next answer no longer lists a: it is not served any more.
         lease.renewed(t0 + Duration::from_secs(1), t0 + Duration::from_secs(1), LEASE, &[], |_| Duration::ZERO);
         assert_eq!(lease.may_grant(t0 + Duration::from_secs(1), &key("a"), Epoch(2)).unwrap_err().code, ErrorCode::NotOwner);
+    }
+
+    /// Issue #15, item 5: an epoch the registry lists as not yet adopted is served
+    /// (adopted in the lock table) but not granted in, until an answer says the
+    /// registry recorded it; otherwise a cell wiped in between re-issues its tokens.
+    #[test]
+    fn an_epoch_is_granted_in_only_once_the_registry_recorded_its_adoption() {
+        let t0 = Instant::now();
+        let mut lease = OwnershipLease::new(MARGIN);
+        let mut fresh = listed("a", 3);
+        fresh.adopted = false;
+        lease.renewed(t0, t0, LEASE, &[fresh], |_| Duration::ZERO);
+        let r = lease.may_grant(t0, &key("a"), Epoch(3)).unwrap_err();
+        assert_eq!(r.code, ErrorCode::Moving);
+        assert!(r.message.contains("not recorded"), "{}", r.message);
+        lease.renewed(t0, t0, LEASE, &[listed("a", 3)], |_| Duration::ZERO);
+        assert!(lease.may_grant(t0, &key("a"), Epoch(3)).is_ok());
+    }
+
+    /// Issue #15, item 6: a shard near the end of its seq asks for the next epoch by
+    /// leaving itself out of the report (docs/registry.md, epoch bumps).
+    #[test]
+    fn a_shard_near_its_last_seq_is_left_out_of_the_report_to_get_the_next_epoch() {
+        let view = |s: &str, seq: u64, sealed: bool| ShardView { key: key(s), epoch: Epoch(7), seq: Seq(seq), sealed, keys: 0 };
+        let report = served(
+            [view("fresh", 5, false), view("sealed", 5, true), view("nearly", Seq::BUMP_THRESHOLD.0 - 1, false), view("full", Seq::BUMP_THRESHOLD.0, false)]
+                .into_iter(),
+        );
+        assert_eq!(report, vec![(key("fresh"), Epoch(7)), (key("nearly"), Epoch(7))]);
     }
 
     #[test]

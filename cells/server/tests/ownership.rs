@@ -287,11 +287,14 @@ async fn a_cell_that_lost_its_data_gets_its_shard_back_only_at_the_next_epoch() 
     let ca = leader_client(&w.a).await;
     let h = session_at(&ca, 30_000).await;
     let ta = acquire_at(&ca, h, "x", "h-1").await;
-    // The registry records the adoption from A's next renewal (every lease/3).
-    tokio::time::sleep(Duration::from_millis(2 * LEASE_MS / 3 + 200)).await;
+    // Issue #15, item 5: at once after its first grant, A is cut off from the registry.
+    // A cell that granted before the registry recorded its adoption would now come
+    // back empty, adopt epoch 1 again and issue the same token a second time.
+    w.cut_a(true);
 
-    info!("--- every node of A loses its disk; A is formed again, empty");
+    info!("--- every node of A loses its disk; A is formed again, empty, and reconnected");
     w.a.wipe_and_reform().await;
+    w.cut_a(false);
 
     info!("--- A gets the shard back at epoch 2 only: its first token beats every old one");
     let ca = leader_client(&w.a).await;

@@ -10,9 +10,10 @@ use holdfast_proto::registry::v1::registry_service_server::RegistryService;
 use holdfast_registry_state::{Command, HistoryError, Outcome, RegistryError, ShardState, TokenRecord};
 use holdfast_rpc::status::status;
 use holdfast_rpc::CallContext;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -23,11 +24,41 @@ use tracing::{debug, info, warn};
 #[derive(Debug, Clone)]
 pub struct RegistryApi {
     reg: Arc<Registry>,
+    /// The highest cell-leader term each cell renewed with, as this node saw it, and
+    /// when it last renewed with it.
+    cell_terms: Arc<Mutex<HashMap<CellId, (u64, Instant)>>>,
 }
 
 impl RegistryApi {
     pub fn new(reg: Arc<Registry>) -> RegistryApi {
-        RegistryApi { reg }
+        RegistryApi { reg, cell_terms: Arc::default() }
+    }
+
+    /// Refuses a renewal from a deposed leader of `cell`: one whose term is below the
+    /// highest this node has seen from the cell within the last `lease`. Its report of
+    /// what the cell serves is stale (a zombie leader's frozen list), and reconciling it
+    /// would restart shards the live leader serves, once per renewal — an epoch-bump
+    /// storm. The record lapses after a lease without a renewal in its term, so a cell
+    /// formed again from empty disks (its terms start over) is heard once its old
+    /// leader has gone quiet for a lease. After a registry leader change the new leader
+    /// has not seen the latest term: at most one stale renewal slips through, not a
+    /// storm. Term 0 (not given) is not checked.
+    fn fence_cell_term(&self, cell: &CellId, term: u64, lease: Duration) -> Result<(), Status> {
+        if term == 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut terms = self.cell_terms.lock().expect("cell terms lock");
+        if let Some((seen, at)) = terms.get(cell) {
+            if term < *seen && now.duration_since(*at) < lease {
+                return Err(status(
+                    ErrorCode::NotLeader,
+                    format!("cell {cell} renews in term {seen} already; this renewal from term {term} comes from a deposed cell leader"),
+                ));
+            }
+        }
+        terms.insert(cell.clone(), (term, now));
+        Ok(())
     }
 
     async fn shard_write(&self, by: &str, cmd: Command) -> Result<pb::ShardOwner, Status> {
@@ -82,7 +113,7 @@ impl RegistryApi {
                 .filter(|o| !o.draining)
                 .filter_map(|o| {
                     let served = serving.contains(&(o.shard.clone(), o.epoch));
-                    match (served, st.is_adopted(&o.shard)) {
+                    match (served, o.adopted) {
                         (true, false) => Some(Command::Adopted { shard: o.shard, epoch: o.epoch }),
                         (false, true) => Some(Command::Restarted { shard: o.shard, epoch: o.epoch }),
                         _ => None,
@@ -306,6 +337,8 @@ impl RegistryService for RegistryApi {
         let cell = cv::cell_id(r.cell)?;
         let serving = r.serving.into_iter().map(|s| Ok((cv::shard_key(s.ns, s.shard)?, Epoch(s.epoch)))).collect::<Result<BTreeSet<_>, Status>>()?;
         self.reg.lease_check().await?;
+        let lease = self.reg.hooks.leases.lock().expect("leases lock").as_ref().map_or(Duration::ZERO, |l| l.lease());
+        self.fence_cell_term(&cell, r.leader_term, lease)?;
         self.reconcile_adoption(&cell, &serving).await?;
         // Under the leases lock, so the leader duty never judges a shard's lease over
         // between this read of the state and the record of the grant.
@@ -346,6 +379,7 @@ impl RegistryService for RegistryApi {
                     draining: o.draining,
                     delayed_locks,
                     previous_unsealed,
+                    adopted: o.adopted,
                 }
             })
             .collect();

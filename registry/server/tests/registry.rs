@@ -76,7 +76,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
         (
             "renewal of an unknown cell",
             "INVALID_ARGUMENT",
-            c.renew_ownership(pb::RenewOwnershipRequest { cell: "nope".into(), serving: vec![] }).await.map(drop),
+            c.renew_ownership(pb::RenewOwnershipRequest { cell: "nope".into(), ..Default::default() }).await.map(drop),
         ),
     ];
     for (what, want, got) in cases {
@@ -286,5 +286,51 @@ async fn a_watcher_resumed_from_a_revision_misses_nothing() {
     info!("--- a revision ahead of the registry is refused");
     let e = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 1_000 }).await.map(drop).unwrap_err();
     assert_eq!(code(&e), "INVALID_ARGUMENT");
+    reg.shutdown().await;
+}
+
+/// Issue #15, item 3: a deposed cell leader (a zombie whose storage failed, or one
+/// paused and resumed) renews with a frozen list that lacks what the live leader now
+/// serves. Were it believed, every such renewal would restart the shard at the next
+/// epoch while the live leader adopts each one: an epoch-bump storm toward the 24-bit
+/// limit. Renewals carry the cell leader's term, and a lower one than already seen
+/// is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_cell_leaders_renewals_are_refused_and_cause_no_epoch_bump_storm() {
+    let _g = serial().await;
+    let reg = TestRegistry::start().await;
+    let mut c = reg.leader_client().await;
+    topology(&mut c).await;
+    let renew_as = |term: u64, serving: Vec<(u32,)>| pb::RenewOwnershipRequest {
+        cell: "east-1".into(),
+        serving: serving.into_iter().map(|(epoch,)| pb::ServedShard { ns: "pay".into(), shard: "default".into(), epoch }).collect(),
+        leader_term: term,
+    };
+
+    info!("--- the live leader (term 3) adopts epoch 1, and the answer says it is recorded");
+    let r = c.renew_ownership(renew_as(3, vec![])).await.unwrap().into_inner();
+    assert_eq!((r.shards[0].epoch, r.shards[0].adopted), (1, false), "not adopted before the cell reports it");
+    let r = c.renew_ownership(renew_as(3, vec![(1,)])).await.unwrap().into_inner();
+    assert_eq!((r.shards[0].epoch, r.shards[0].adopted), (1, true));
+
+    info!("--- the old leader (term 2) renews with a list that lacks the shard, again and again");
+    for round in 0..5 {
+        let e = c.renew_ownership(renew_as(2, vec![])).await.unwrap_err();
+        assert_eq!(code(&e), "NOT_LEADER", "round {round}: {e:?}");
+        // The live leader renews on with what it serves.
+        let r = c.renew_ownership(renew_as(3, vec![(1,)])).await.unwrap().into_inner();
+        assert_eq!(r.shards[0].epoch, 1, "round {round}: the shard was restarted on a deposed leader's word");
+    }
+    assert_eq!(owner(&mut c, "pay", "default").await.epoch, 1);
+
+    info!("--- a real loss, reported by the live leader, still restarts the shard once");
+    c.renew_ownership(renew_as(3, vec![])).await.unwrap();
+    assert_eq!(owner(&mut c, "pay", "default").await.epoch, 2);
+
+    info!("--- a cell formed again from empty disks starts at term 1: heard once term 3 went quiet for a lease");
+    assert_eq!(code(&c.renew_ownership(renew_as(1, vec![])).await.unwrap_err()), "NOT_LEADER");
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let r = c.renew_ownership(renew_as(1, vec![])).await.unwrap().into_inner();
+    assert_eq!(r.shards[0].epoch, 2);
     reg.shutdown().await;
 }

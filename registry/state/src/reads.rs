@@ -14,6 +14,8 @@ pub struct OwnedShard {
     pub draining: bool,
     /// How this cell got the shard (for lock-delay on adoption); `None` if it never moved.
     pub handover: Option<Handover>,
+    /// The cell reported serving this epoch (`Adopted`).
+    pub adopted: bool,
 }
 
 /// Why [`RegistryState::events_after`] cannot answer.
@@ -88,7 +90,7 @@ impl RegistryState {
                     ShardState::Moving(m) if m.planned => true,
                     ShardState::Moving(_) => return None,
                 };
-                Some(OwnedShard { shard: k.clone(), epoch: r.epoch, draining, handover: r.handover.clone() })
+                Some(OwnedShard { shard: k.clone(), epoch: r.epoch, draining, handover: r.handover.clone(), adopted: r.adopted })
             })
             .collect()
     }

@@ -115,7 +115,7 @@ pub async fn owner(c: &mut Client, ns: &str, shard: &str) -> pb::ShardOwner {
 }
 
 pub async fn renew(c: &mut Client, cell: &str) -> pb::RenewOwnershipResponse {
-    c.renew_ownership(pb::RenewOwnershipRequest { cell: cell.into(), serving: vec![] }).await.unwrap().into_inner()
+    c.renew_ownership(pb::RenewOwnershipRequest { cell: cell.into(), ..Default::default() }).await.unwrap().into_inner()
 }
 
 /// Everything a client can list, to check that a refused call changed nothing.
