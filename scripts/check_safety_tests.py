@@ -84,6 +84,10 @@ MUTANTS = [
      "        if !c.adopted {", "        if false && !c.adopted {", SERVER_TESTS),
     ("a shard at the end of its seq never asks for the next epoch", "cells/server/src/ownership.rs",
      "!s.sealed && s.seq < Seq::BUMP_THRESHOLD", "!s.sealed", SERVER_TESTS),
+    ("a restarted follower votes at once", "raft/src/service.rs",
+     "Some(until) if !req.leadership_transfer && tokio::time::Instant::now() < until =>",
+     "Some(until) if false && !req.leadership_transfer && tokio::time::Instant::now() < until =>",
+     ["-p", "holdfast-raft", "--test", "cluster", "a_restarted_follower"]),
     ("a session is usable by anyone", "cells/server/src/cell.rs",
      "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
 ]

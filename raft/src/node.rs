@@ -98,6 +98,34 @@ impl NodeConfig {
     }
 }
 
+/// The quiet period of a node that restarts as a member of a group (it has a log, so
+/// it may have acknowledged a leader just before it stopped).
+///
+/// The leader lease (openraft's, one longest election timeout) is safe only while
+/// every follower that acknowledged the leader refuses to vote for anyone else until
+/// the lease has passed. openraft keeps that memory in RAM, so a restarted follower
+/// would vote at once, and a candidate could win while the old leader — cut off, but
+/// alive — still confirms renewals under its lease. For one longest election timeout
+/// after it starts, such a node therefore grants no vote or pre-vote (the Raft service
+/// refuses them, see `service.rs`) and does not campaign itself. A handover the leader
+/// asked for (`leadership_transfer`) is still granted. A node starting empty has acked
+/// no one: no quiet period. Cost: a group whose every node restarts at once elects its
+/// first leader one election timeout later.
+async fn quiet_period_after_restart<S: ReplicatedState>(raft: &Raft<S>, election_max: Duration) -> Result<Option<tokio::time::Instant>, StartError> {
+    if !raft.is_initialized().await? {
+        return Ok(None);
+    }
+    raft.runtime_config().elect(false);
+    let until = tokio::time::Instant::now() + election_max;
+    let raft = raft.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep_until(until).await;
+        raft.runtime_config().elect(true);
+    });
+    info!(quiet_ms = election_max.as_millis() as u64, "restarted as a member: no votes and no campaign for one election timeout");
+    Ok(Some(until))
+}
+
 /// What a committed write returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
@@ -157,14 +185,19 @@ impl<S: ReplicatedState> RaftNode<S> {
         let log_store = LogStore::new(db.clone());
         let sm = StateMachineStore::open(db, initial)?;
         let state = sm.handle();
+        let election_max = Duration::from_millis(raft_config.election_timeout_max);
         let raft = Raft::new(config.node_id, raft_config, network, log_store, sm).await?;
+        let quiet_until = quiet_period_after_restart(&raft, election_max).await?;
 
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let transport = config.transport.clone();
         let router = transport
             .grpc_server()
             // Raft traffic is for the group's nodes alone; its admin for nodes and root.
-            .add_service(InterceptedService::new(RaftGrpcService::new(raft.clone()).into_server(config.network.max_message_bytes), auth::nodes_only))
+            .add_service(InterceptedService::new(
+                RaftGrpcService::new(raft.clone(), quiet_until).into_server(config.network.max_message_bytes),
+                auth::nodes_only,
+            ))
             .add_service(InterceptedService::new(holdfast_rpc::bounded!(RaftAdminService::new(raft.clone()).into_server(), transport), auth::nodes_and_root));
         let server = tokio::spawn(async move {
             transport

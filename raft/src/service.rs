@@ -23,6 +23,9 @@ use crate::types::{Raft, Snapshot};
 /// Serves the Raft RPCs of one node.
 pub struct RaftGrpcService<S: ReplicatedState> {
     raft: Raft<S>,
+    /// Until then, this restarted node grants no vote (see `node.rs`,
+    /// `quiet_period_after_restart`).
+    quiet_until: Option<tokio::time::Instant>,
 }
 
 impl<S: ReplicatedState> fmt::Debug for RaftGrpcService<S> {
@@ -32,8 +35,21 @@ impl<S: ReplicatedState> fmt::Debug for RaftGrpcService<S> {
 }
 
 impl<S: ReplicatedState> RaftGrpcService<S> {
-    pub fn new(raft: Raft<S>) -> Self {
-        RaftGrpcService { raft }
+    /// `quiet_until`: the end of this node's quiet period after a restart, if any.
+    pub fn new(raft: Raft<S>, quiet_until: Option<tokio::time::Instant>) -> Self {
+        RaftGrpcService { raft, quiet_until }
+    }
+
+    /// Refuses a vote or pre-vote during the quiet period after a restart, unless the
+    /// leader itself is handing over.
+    fn quiet(&self, req: &crate::types::VoteRequest) -> Result<(), Status> {
+        match self.quiet_until {
+            Some(until) if !req.leadership_transfer && tokio::time::Instant::now() < until => Err(Status::unavailable(format!(
+                "quiet period after restart: this node votes again in {} ms",
+                until.saturating_duration_since(tokio::time::Instant::now()).as_millis()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The tonic service, ready to be added to a `tonic::transport::Server`.
@@ -62,12 +78,14 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
 
     async fn vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
         let req = convert::vote_request_from_pb(request.into_inner()).map_err(bad_request)?;
+        self.quiet(&req)?;
         let resp = self.raft.vote(req).await.map_err(stopped)?;
         Ok(Response::new(convert::vote_response_to_pb(&resp)))
     }
 
     async fn pre_vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
         let req = convert::vote_request_from_pb(request.into_inner()).map_err(bad_request)?;
+        self.quiet(&req)?;
         let resp = self.raft.pre_vote(req).await.map_err(stopped)?;
         Ok(Response::new(convert::vote_response_to_pb(&resp)))
     }

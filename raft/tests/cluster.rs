@@ -326,3 +326,57 @@ async fn a_snapshot_header_claiming_too_much_is_refused_and_the_node_serves_on()
     assert_eq!(c.values(follower), vec![1]);
     c.shutdown().await;
 }
+
+/// Issue #15, item 4: the leader lease rests on followers that acknowledged the leader
+/// refusing to vote for anyone else until the lease has passed. openraft keeps that
+/// memory in RAM: a follower that restarts forgets it and would vote at once, so a
+/// candidate could win while the old leader, cut off but alive, still believes its
+/// lease and confirms renewals. A restarted node therefore grants no vote and no
+/// pre-vote, and campaigns for none, for one lease (the longest election timeout)
+/// after it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_follower_grants_no_vote_until_the_old_leaders_lease_has_passed() {
+    use holdfast_proto::raft::v1::raft_service_client::RaftServiceClient;
+    let _serial = serial().await;
+    let mut c = TestCluster::start(3, timings()).await;
+    let leader = c.leader(WAIT).await;
+    let idx = c.write(1).await.expect("write").index;
+    c.wait_applied(&[1, 2, 3], idx, "before the restart").await;
+    let (f, other) = {
+        let mut fs = (1..=3).filter(|id| *id != leader);
+        (fs.next().unwrap(), fs.next().unwrap())
+    };
+    let term = c.nodes[&leader].metrics().current_term;
+
+    info!("--- follower {f} restarts, and the leader's heartbeats no longer reach it");
+    c.faults.set_unreachable(leader, f);
+    c.stop_node(f).await;
+    c.start_node(f).await;
+    let started = tokio::time::Instant::now();
+
+    info!("--- at once, node {other} asks it for a (pre-)vote at the next term");
+    let channel = holdfast_rpc::Transport::insecure().connect(&c.nodes[&f].raft_addr().to_string()).await.expect("raft client");
+    let mut raft = RaftServiceClient::new(channel);
+    let ask = || pb::VoteRequest {
+        vote: Some(pb::Vote { leader_id: Some(pb::LeaderId { term: term + 1, node_id: other }), committed: false }),
+        last_log_id: Some(pb::LogId { leader_id: Some(pb::LeaderId { term, node_id: leader }), index: idx + 100 }),
+        leadership_transfer: false,
+    };
+    let pre = raft.pre_vote(ask()).await;
+    let vote = raft.vote(ask()).await;
+    let lease = Duration::from_millis(timings().election_max_ms);
+    assert!(started.elapsed() < lease, "the asks took too long to prove anything");
+    for (what, answer) in [("pre-vote", pre), ("vote", vote)] {
+        match answer {
+            Ok(r) => assert!(!r.into_inner().vote_granted, "the restarted follower granted a {what} within its first lease"),
+            Err(e) => assert!(e.message().contains("quiet"), "{what} refused for another reason: {e:?}"),
+        }
+    }
+
+    info!("--- healed, the group settles on one leader and writes go on");
+    c.faults.heal_all();
+    c.leader(WAIT).await;
+    let idx = c.write(2).await.expect("write after").index;
+    c.wait_applied(&[1, 2, 3], idx, "after").await;
+    c.shutdown().await;
+}
