@@ -88,6 +88,9 @@ MUTANTS = [
      "Some(until) if !req.leadership_transfer && tokio::time::Instant::now() < until =>",
      "Some(until) if false && !req.leadership_transfer && tokio::time::Instant::now() < until =>",
      ["-p", "holdfast-raft", "--test", "cluster", "a_restarted_follower"]),
+    ("a stopping leader does not hand over", "raft/src/serving.rs",
+     "            self.node.hand_over_leadership(self.deadline / 2).await;\n", "",
+     ["-p", "holdfast", "--test", "processes", "sigterm"]),
     ("a session is usable by anyone", "cells/server/src/cell.rs",
      "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
 ]

@@ -438,3 +438,71 @@ async fn a_leader_whose_disk_fills_exits_non_zero_and_the_cell_serves_on() {
     .token;
     assert!(t > 0);
 }
+
+/// Issue #15, SIGTERM under load: a leader asked to stop hands leadership over before
+/// it stops (the others do not wait out its lease and an election timeout), exits 0,
+/// and every grant it acknowledged is in the cell's record afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_by_sigterm_hands_over_first_and_loses_no_acknowledged_grant() {
+    let mut cell = ProcCell::start(None).await;
+    let (old, old_term) = cell.leader_among(&[1, 2, 3]).await;
+    let s = session(&mut cell.client(old).await, 60_000).await;
+    let mut clients = Vec::new();
+    for id in 1..=3 {
+        clients.push(cell.client(id).await);
+    }
+
+    // --- a workload: acquires of new names, each through whichever node answers
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let workload = tokio::spawn(async move {
+        let mut acked: Vec<(String, u64)> = Vec::new();
+        let mut at = 0;
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            let name = format!("k{}", acked.len());
+            let req = acquire_req(s, &name, &format!("r-{name}"), 0);
+            match tokio::time::timeout(Duration::from_secs(2), clients[at].acquire(req)).await {
+                Ok(Ok(r)) => acked.push((name, r.into_inner().token)),
+                // Not the leader, stopping, or unreachable: the same request id elsewhere.
+                _ => {
+                    at = (at + 1) % clients.len();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        acked
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // --- SIGTERM the leader: another node leads within a fraction of the lease
+    let sent = Instant::now();
+    cell.signal(old, "-TERM");
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != old).collect();
+    let (_, new_term) = cell.leader_among(&others).await;
+    let took = sent.elapsed();
+    assert!(new_term > old_term);
+    // Without a handover the others wait out the 2 s lease, then an election timeout.
+    assert!(took < Duration::from_millis(1_000), "a new leader took {took:?} after SIGTERM: no handover");
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = cell.exited(old) {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the stopped leader did not exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "a graceful stop must exit 0: {status}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = workload.await.unwrap();
+    eprintln!("new leader {took:?} after SIGTERM; {} grants acknowledged", acked.len());
+    assert!(acked.len() > 10, "the workload hardly ran: {}", acked.len());
+
+    // --- every acknowledged grant is in the record, with its token
+    let (leader, _) = cell.leader_among(&others).await;
+    let mut c = cell.client(leader).await;
+    for (name, token) in &acked {
+        let d = c.describe(pb::DescribeRequest { shard: shard(), name: name.clone() }).await.unwrap().into_inner();
+        assert_eq!(holders(&d), vec![(s, *token)], "acknowledged grant of {name} lost");
+    }
+}

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use holdfast_proto::raft::v1 as pb;
 
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Entry, EntryPayload, LeaderId, LogId, Membership, Node, NodeId, Request, SnapshotMeta, StoredMembership, Vote,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, Entry, EntryPayload, LeaderId, LogId, Membership, Node, NodeId, Request, SnapshotMeta, StoredMembership,
+    TransferLeaderError, TransferLeaderRequest, TransferLeaderResponse, Vote, VoteRequest, VoteResponse,
 };
 
 /// A protobuf message that does not describe a valid Raft message.
@@ -151,6 +151,39 @@ pub fn vote_response_to_pb(r: &VoteResponse) -> pb::VoteResponse {
 
 pub fn vote_response_from_pb(r: pb::VoteResponse) -> Result<VoteResponse, DecodeError> {
     Ok(VoteResponse::new(vote_from_pb(r.vote)?, opt_log_id_from_pb(r.last_log_id)?, r.vote_granted))
+}
+
+pub fn transfer_request_to_pb(r: &TransferLeaderRequest) -> pb::TransferLeaderRequest {
+    pb::TransferLeaderRequest { from_leader: Some(vote_to_pb(r.from_leader())), to_node_id: *r.to_node_id(), last_log_id: r.last_log_id().map(log_id_to_pb) }
+}
+
+pub fn transfer_request_from_pb(r: pb::TransferLeaderRequest) -> Result<TransferLeaderRequest, DecodeError> {
+    Ok(TransferLeaderRequest::new(vote_from_pb(r.from_leader)?, r.to_node_id, opt_log_id_from_pb(r.last_log_id)?))
+}
+
+pub fn transfer_response_to_pb(r: &TransferLeaderResponse) -> pb::TransferLeaderResponse {
+    use pb::transfer_leader_response::Refused;
+    let refused = match r {
+        Ok(()) => None,
+        Err(TransferLeaderError::VoteChanged { expected, actual }) => {
+            Some(Refused::VoteChanged(pb::VoteChanged { expected: Some(vote_to_pb(expected)), actual: Some(vote_to_pb(actual)) }))
+        }
+        Err(TransferLeaderError::LogNotFlushed { expected, actual }) => {
+            Some(Refused::LogNotFlushed(pb::LogNotFlushed { expected: expected.as_ref().map(log_id_to_pb), actual: actual.as_ref().map(log_id_to_pb) }))
+        }
+    };
+    pb::TransferLeaderResponse { refused }
+}
+
+pub fn transfer_response_from_pb(r: pb::TransferLeaderResponse) -> Result<TransferLeaderResponse, DecodeError> {
+    use pb::transfer_leader_response::Refused;
+    Ok(match r.refused {
+        None => Ok(()),
+        Some(Refused::VoteChanged(v)) => Err(TransferLeaderError::VoteChanged { expected: vote_from_pb(v.expected)?, actual: vote_from_pb(v.actual)? }),
+        Some(Refused::LogNotFlushed(l)) => {
+            Err(TransferLeaderError::LogNotFlushed { expected: opt_log_id_from_pb(l.expected)?, actual: opt_log_id_from_pb(l.actual)? })
+        }
+    })
 }
 
 pub fn snapshot_meta_to_pb(m: &SnapshotMeta) -> pb::SnapshotMeta {

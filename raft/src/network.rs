@@ -20,8 +20,8 @@ use tracing::{debug, warn};
 
 use crate::convert;
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamingError, TypeConfig, Vote,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamingError, TransferLeaderRequest,
+    TransferLeaderResponse, TypeConfig, Vote, VoteRequest, VoteResponse,
 };
 
 /// Size of one chunk of an InstallSnapshot stream.
@@ -181,6 +181,17 @@ impl RaftNetworkV2<TypeConfig> for GrpcConnection {
 
     async fn pre_vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RpcError> {
         self.send_vote(true, rpc, option).await
+    }
+
+    async fn transfer_leader(&mut self, rpc: TransferLeaderRequest, option: RPCOption) -> Result<TransferLeaderResponse, RpcError> {
+        let req = convert::transfer_request_to_pb(&rpc);
+        let res = async {
+            let mut client = self.client()?;
+            let resp = self.call(option.soft_ttl(), client.transfer_leader(req)).await?;
+            convert::transfer_response_from_pb(resp).map_err(|e| Failure::Network(e.to_string()))
+        }
+        .await;
+        res.map_err(|f| self.rpc_error(RPCTypes::TransferLeader, f))
     }
 
     async fn full_snapshot(

@@ -90,6 +90,12 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
         Ok(Response::new(convert::vote_response_to_pb(&resp)))
     }
 
+    async fn transfer_leader(&self, request: Request<pb::TransferLeaderRequest>) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        let req = convert::transfer_request_from_pb(request.into_inner()).map_err(bad_request)?;
+        let resp = self.raft.handle_transfer_leader(req).await.map_err(stopped)?;
+        Ok(Response::new(convert::transfer_response_to_pb(&resp)))
+    }
+
     async fn install_snapshot(&self, request: Request<Streaming<pb::InstallSnapshotRequest>>) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
         use pb::install_snapshot_request::Part;
         let mut stream = request.into_inner();

@@ -165,12 +165,17 @@ impl<S: ReplicatedState> Serving<S> {
         self.node.initialize(members).await
     }
 
-    /// Stops accepting calls, stops the duties, stops Raft and closes RocksDB, within
-    /// the deadline.
+    /// Hands leadership over if this node leads, then stops accepting calls, stops the
+    /// duties, stops Raft and closes RocksDB, all within the deadline.
     pub async fn shutdown(self) {
         let id = self.node.id();
         let started = tokio::time::Instant::now();
-        let left = self.tasks.shutdown(self.deadline).await;
+        // A leader hands over first, while its client API still answers (NOT_LEADER,
+        // with the new leader's address): the group does not wait out a lease.
+        if !self.failure.is_failed() {
+            self.node.hand_over_leadership(self.deadline / 2).await;
+        }
+        let left = self.tasks.shutdown(self.deadline.saturating_sub(started.elapsed())).await;
         if !left.is_empty() {
             warn!(node_id = id, tasks = ?left, "tasks outlived the shutdown deadline and were aborted");
         }

@@ -21,8 +21,8 @@ use tracing::info;
 use crate::network::{GrpcConnection, GrpcNetworkFactory};
 use crate::sm_store::ReplicatedState;
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamingError, TypeConfig, Vote,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamingError, TransferLeaderRequest,
+    TransferLeaderResponse, TypeConfig, Vote, VoteRequest, VoteResponse,
 };
 
 /// What happens to RPCs on one directed link.
@@ -173,6 +173,10 @@ impl RaftNetworkV2<TypeConfig> for FaultyConnection {
 
     async fn pre_vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RpcError> {
         self.link.carry(self.inner.pre_vote(rpc, option)).await.map_err(rpc_cut)?
+    }
+
+    async fn transfer_leader(&mut self, rpc: TransferLeaderRequest, option: RPCOption) -> Result<TransferLeaderResponse, RpcError> {
+        self.link.carry(RaftNetworkV2::transfer_leader(&mut self.inner, rpc, option)).await.map_err(rpc_cut)?
     }
 
     async fn full_snapshot(
