@@ -23,47 +23,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The anchor and its client's build dependency.
-need=()
-command -v etcd >/dev/null || need+=(etcd-server)
-command -v protoc >/dev/null || need+=(protobuf-compiler)
-if [ ${#need[@]} -gt 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
-fi
+source scripts/anchors.sh
+anchors_install
 
 # Optimized builds of both sides' clients and of the holdfast server (the `perf`
 # profile is release without debug info; its RocksDB build takes 15-20 min once).
 cargo build --profile perf --locked -p holdfast -p holdfast-bench --features holdfast-bench/etcd
 bin="$CARGO_TARGET_DIR/perf"
 
-echo "== etcd $(etcd --version | head -1 | awk '{print $3}'): 3 members on loopback"
-initial="e1=http://127.0.0.1:21380,e2=http://127.0.0.1:22380,e3=http://127.0.0.1:23380"
-for i in 1 2 3; do
-    etcd --name "e$i" --data-dir "$work/etcd-$i" \
-        --listen-client-urls "http://127.0.0.1:2${i}379" --advertise-client-urls "http://127.0.0.1:2${i}379" \
-        --listen-peer-urls "http://127.0.0.1:2${i}380" --initial-advertise-peer-urls "http://127.0.0.1:2${i}380" \
-        --initial-cluster "$initial" --initial-cluster-state new --initial-cluster-token holdfast-bench \
-        --log-level warn >"$work/etcd-$i.log" 2>&1 &
-    pids+=($!)
-done
-etcd_eps="127.0.0.1:21379,127.0.0.1:22379,127.0.0.1:23379"
-for _ in $(seq 60); do
-    ETCDCTL_API=3 etcdctl --endpoints "$etcd_eps" endpoint health >/dev/null 2>&1 && break
-    sleep 0.5
-done
+start_etcd
 
 # Two holdfast playgrounds, each one region (a registry voter, a 3-node cell, a
 # gateway) on loopback: as deployed (mutual TLS on every port), and --insecure
 # (plaintext), so the cost of TLS is measured in the same run (BENCH_TLS=on|off|both).
 tls="${BENCH_TLS:-both}"
-start_holdfast() { # name base-port dev-flags...
-    local name=$1 port=$2; shift 2
-    echo "== holdfast ($name): one region on loopback, ports from $port"
-    "$bin/holdfast" dev --regions 1 --base-port "$port" --data-dir "$work/$name" "$@" >"$work/$name.log" 2>&1 &
-    pids+=($!)
-    for _ in $(seq 240); do [ -f "$work/$name/endpoints.json" ] && break; sleep 0.5; done
-    [ -f "$work/$name/endpoints.json" ] || { tail -20 "$work/$name.log"; exit 1; }
-}
 systems=(etcd)
 if [ "$tls" != off ]; then
     start_holdfast holdfast 7400

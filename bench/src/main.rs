@@ -11,6 +11,10 @@
 //!
 //! Latency is measured per operation with `Instant` around the awaited call; the
 //! percentiles are exact (all samples kept, sorted).
+//!
+//! `failover` is the other measurement: one client cycling lock + unlock while
+//! `scripts/failover.sh` SIGKILLs the service's leader and restarts it; it reports
+//! every gap between consecutive grants (docs/guarantees.md, "Failover").
 
 #[cfg(feature = "etcd")]
 mod etcd_lock;
@@ -56,6 +60,98 @@ enum Cmd {
     ///
     /// Example: holdfast-bench run --system etcd --workload single --endpoints 127.0.0.1:21379
     Run(Args),
+    /// One client cycling lock + unlock on one key for `--seconds`, errors retried
+    /// after 10 ms; one JSON line out with the gaps between consecutive grants. Run it
+    /// while the leader is killed (scripts/failover.sh).
+    ///
+    /// Example: holdfast-bench failover --system holdfast --endpoints 127.0.0.1:7400 --seconds 40
+    Failover(FailoverArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct FailoverArgs {
+    #[arg(long, value_enum)]
+    system: System,
+    #[arg(long)]
+    endpoints: String,
+    #[arg(long, default_value_t = 40)]
+    seconds: u64,
+    /// Gaps at least this long are listed one by one.
+    #[arg(long, default_value_t = 250)]
+    list_gaps_ms: u64,
+    #[arg(long, default_value = "bench")]
+    ns: String,
+    #[arg(long, default_value = "default")]
+    shard: String,
+    #[arg(long, default_value = "")]
+    label: String,
+    #[arg(long)]
+    certs_dir: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+struct FailoverReport {
+    system: System,
+    label: String,
+    seconds: f64,
+    grants: usize,
+    errors: u64,
+    max_gap_ms: f64,
+    /// Every gap of at least `--list-gaps-ms`: (seconds into the run it ended, length).
+    gaps: Vec<(f64, f64)>,
+}
+
+/// Cycles lock + unlock until `seconds` passed, recording when each grant came back.
+async fn failover_loop<L: Locker>(mut l: L, a: &FailoverArgs) -> FailoverReport {
+    let start = Instant::now();
+    let end = start + Duration::from_secs(a.seconds);
+    let mut grants: Vec<Instant> = Vec::new();
+    let mut errors = 0u64;
+    while Instant::now() < end {
+        match l.lock("failover").await {
+            Ok(()) => {
+                grants.push(Instant::now());
+                if let Err(e) = l.unlock().await {
+                    errors += 1;
+                    eprintln!("unlock: {e}");
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                if errors % 50 == 1 {
+                    eprintln!("lock: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut max_gap = 0.0f64;
+    let mut gaps = Vec::new();
+    for w in grants.windows(2) {
+        let gap = ms(w[1] - w[0]);
+        max_gap = max_gap.max(gap);
+        if gap >= a.list_gaps_ms as f64 {
+            gaps.push(((w[1] - start).as_secs_f64(), gap));
+        }
+    }
+    FailoverReport { system: a.system, label: a.label.clone(), seconds: a.seconds as f64, grants: grants.len(), errors, max_gap_ms: max_gap, gaps }
+}
+
+async fn failover(a: FailoverArgs) -> Result<(), String> {
+    let endpoints: Vec<String> = a.endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect();
+    let report = match a.system {
+        System::Holdfast => {
+            let security = holdfast_lock::security(a.certs_dir.as_deref())?;
+            failover_loop(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.ns, &a.shard).await?, &a).await
+        }
+        #[cfg(feature = "etcd")]
+        System::Etcd => failover_loop(etcd_lock::EtcdLocker::connect(&endpoints).await?, &a).await,
+        #[cfg(not(feature = "etcd"))]
+        System::Etcd => return Err("built without the `etcd` feature: use scripts/failover.sh".into()),
+    };
+    println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+    Ok(())
 }
 
 #[derive(Debug, clap::Args)]
@@ -199,6 +295,7 @@ async fn main() -> Result<(), String> {
     let a = match Cmd::parse() {
         Cmd::Setup { endpoints, cell, certs_dir } => return holdfast_lock::setup(&holdfast_lock::security(certs_dir.as_deref())?, &endpoints, &cell).await,
         Cmd::Run(a) => a,
+        Cmd::Failover(a) => return failover(a).await,
     };
     let clients = a.clients.unwrap_or(match a.workload {
         Workload::Single => 1,

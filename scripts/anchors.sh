@@ -1,0 +1,64 @@
+# Sourced by scripts/bench.sh and scripts/failover.sh: the anchor (a 3-member etcd
+# cluster, Debian's etcd-server) and holdfast playgrounds, started on loopback under
+# "$work", their pids appended to "pids". Both scripts measure the two side by side,
+# in the same run, on this machine.
+
+# Installs etcd and protoc (the etcd client's build dependency) if missing.
+anchors_install() {
+    local need=()
+    command -v etcd >/dev/null || need+=(etcd-server)
+    command -v protoc >/dev/null || need+=(protobuf-compiler)
+    if [ ${#need[@]} -gt 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+    fi
+}
+
+etcd_initial="e1=http://127.0.0.1:21380,e2=http://127.0.0.1:22380,e3=http://127.0.0.1:23380"
+etcd_eps="127.0.0.1:21379,127.0.0.1:22379,127.0.0.1:23379"
+declare -A etcd_pid
+
+# Starts etcd member $1 (1..3); $2 = new | existing.
+start_etcd_member() {
+    local i=$1 state=$2
+    etcd --name "e$i" --data-dir "$work/etcd-$i" \
+        --listen-client-urls "http://127.0.0.1:2${i}379" --advertise-client-urls "http://127.0.0.1:2${i}379" \
+        --listen-peer-urls "http://127.0.0.1:2${i}380" --initial-advertise-peer-urls "http://127.0.0.1:2${i}380" \
+        --initial-cluster "$etcd_initial" --initial-cluster-state "$state" --initial-cluster-token holdfast-bench \
+        --log-level warn >>"$work/etcd-$i.log" 2>&1 &
+    etcd_pid[$i]=$!
+    pids+=($!)
+}
+
+start_etcd() {
+    echo "== etcd $(etcd --version | head -1 | awk '{print $3}'): 3 members on loopback"
+    for i in 1 2 3; do start_etcd_member "$i" new; done
+    for _ in $(seq 60); do
+        ETCDCTL_API=3 etcdctl --endpoints "$etcd_eps" endpoint health >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    echo "etcd did not become healthy" >&2
+    return 1
+}
+
+# The member (1..3) that leads etcd, or nothing.
+etcd_leader() {
+    local i st
+    for i in 1 2 3; do
+        st=$(ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:2${i}379" --command-timeout=1s endpoint status -w json 2>/dev/null) || continue
+        if python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["Status"]; sys.exit(0 if s["leader"]==s["header"]["member_id"] else 1)' <<<"$st"; then
+            echo "$i"
+            return 0
+        fi
+    done
+}
+
+# Starts a one-region holdfast playground (a registry voter, a 3-node cell, a gateway)
+# named $1 on ports from $2; further arguments go to `holdfast dev`.
+start_holdfast() {
+    local name=$1 port=$2; shift 2
+    echo "== holdfast ($name): one region on loopback, ports from $port"
+    "$bin/holdfast" dev --regions 1 --base-port "$port" --data-dir "$work/$name" "$@" >"$work/$name.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 240); do [ -f "$work/$name/endpoints.json" ] && break; sleep 0.5; done
+    [ -f "$work/$name/endpoints.json" ] || { tail -20 "$work/$name.log"; return 1; }
+}
