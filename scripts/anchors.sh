@@ -3,10 +3,12 @@
 # "$work", their pids appended to "pids". Both scripts measure the two side by side,
 # in the same run, on this machine.
 
-# Installs etcd and protoc (the etcd client's build dependency) if missing.
+# Installs etcd, etcdctl and protoc (the etcd client's build dependency) if missing.
 anchors_install() {
     local need=()
     command -v etcd >/dev/null || need+=(etcd-server)
+    # etcdctl: health checks and finding etcd's leader.
+    command -v etcdctl >/dev/null || need+=(etcd-client)
     command -v protoc >/dev/null || need+=(protobuf-compiler)
     if [ ${#need[@]} -gt 0 ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"

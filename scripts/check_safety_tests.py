@@ -91,6 +91,13 @@ MUTANTS = [
     ("a stopping leader does not hand over", "raft/src/serving.rs",
      "            self.node.hand_over_leadership(self.deadline / 2).await;\n", "",
      ["-p", "holdfast", "--test", "processes", "sigterm"]),
+    ("the checker misses a grant after the ownership ended", "drills/src/checker.rs",
+     "if ends.is_empty() || !ends.iter().all(|end| end.is_some_and(|line| line < invoked)) {",
+     "if true || ends.is_empty() || !ends.iter().all(|end| end.is_some_and(|line| line < invoked)) {",
+     ["-p", "holdfast-drills", "--test", "checker"]),
+    ("a waiter whose call went away stays queued", "cells/server/src/clock.rs",
+     "                    self.waits.entry((ev.session, ev.request_id.clone())).or_insert(now + ttl);\n", "                    let _ = ttl;\n",
+     SERVER_TESTS),
     ("a session is usable by anyone", "cells/server/src/cell.rs",
      "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
 ]

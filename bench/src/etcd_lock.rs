@@ -2,7 +2,8 @@
 //! keep-alive traffic during a run), `Lock` with the lease, `Unlock` with the key.
 
 use crate::Locker;
-use etcd_client::{Client, LockOptions};
+use etcd_client::{Client, ConnectOptions, LockOptions};
+use std::time::Duration;
 
 pub struct EtcdLocker {
     client: Client,
@@ -11,8 +12,13 @@ pub struct EtcdLocker {
 }
 
 impl EtcdLocker {
-    pub async fn connect(endpoints: &[String]) -> Result<EtcdLocker, String> {
-        let mut client = Client::connect(endpoints, None).await.map_err(|e| e.to_string())?;
+    /// `request_timeout`: give up on a call after this long (the failover measurement
+    /// sets 1 s, as an etcd client that must notice a dead member would: without it a
+    /// call to a killed leader hangs for seconds). A v3lock call is idempotent per
+    /// lease, so giving up and calling again is safe.
+    pub async fn connect(endpoints: &[String], request_timeout: Option<Duration>) -> Result<EtcdLocker, String> {
+        let options = request_timeout.map(|t| ConnectOptions::new().with_timeout(t).with_connect_timeout(t).with_keep_alive(Duration::from_millis(500), t));
+        let mut client = Client::connect(endpoints, options).await.map_err(|e| e.to_string())?;
         let lease = client.lease_grant(60, None).await.map_err(|e| e.to_string())?.id();
         Ok(EtcdLocker { client, lease, held: None })
     }

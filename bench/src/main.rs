@@ -146,7 +146,7 @@ async fn failover(a: FailoverArgs) -> Result<(), String> {
             failover_loop(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.ns, &a.shard).await?, &a).await
         }
         #[cfg(feature = "etcd")]
-        System::Etcd => failover_loop(etcd_lock::EtcdLocker::connect(&endpoints).await?, &a).await,
+        System::Etcd => failover_loop(etcd_lock::EtcdLocker::connect(&endpoints, Some(Duration::from_secs(1))).await?, &a).await,
         #[cfg(not(feature = "etcd"))]
         System::Etcd => return Err("built without the `etcd` feature: use scripts/failover.sh".into()),
     };
@@ -316,7 +316,7 @@ async fn main() -> Result<(), String> {
         System::Etcd => {
             let mut ls = Vec::new();
             for _ in 0..clients {
-                ls.push(etcd_lock::EtcdLocker::connect(&endpoints).await?);
+                ls.push(etcd_lock::EtcdLocker::connect(&endpoints, None).await?);
             }
             run(ls, &a).await
         }

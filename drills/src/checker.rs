@@ -23,9 +23,14 @@
 //!    a hold-ended event, or the session's expiry possibly before the read).
 //! 5. [`ViolationKind::TwoCellsServing`]: two cells serving one shard at one epoch
 //!    during overlapping intervals.
+//! 6. [`ViolationKind::GrantAfterOwnershipEnded`]: a grant by cell C at epoch e whose
+//!    Acquire was sent after the registry's watch showed every shard of the namespace
+//!    that C owned at e at a later epoch. A cell stops granting before the registry
+//!    moves a shard on (a seal, or the end of its ownership lease), so an Acquire that
+//!    arrives afterwards must be refused.
 
 use crate::history::{Event, EventKind, History, LockKey, OpId, SessionRef};
-use holdfast_core::FencingToken;
+use holdfast_core::{CellId, Epoch, FencingToken, NamespaceName, ShardName};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -39,6 +44,7 @@ pub enum ViolationKind {
     GrantAfterExpiry,
     AcknowledgedGrantLost,
     TwoCellsServing,
+    GrantAfterOwnershipEnded,
 }
 
 impl fmt::Display for ViolationKind {
@@ -49,6 +55,7 @@ impl fmt::Display for ViolationKind {
             ViolationKind::GrantAfterExpiry => "grant after expiry",
             ViolationKind::AcknowledgedGrantLost => "acknowledged grant lost",
             ViolationKind::TwoCellsServing => "two cells serving one shard at one epoch",
+            ViolationKind::GrantAfterOwnershipEnded => "grant after the cell's ownership of its epoch ended",
         })
     }
 }
@@ -115,6 +122,7 @@ pub fn check(history: &History) -> CheckReport {
     grants_after_expiry(history, &ops, &at, &mut report.violations);
     grants_lost(history, &at, &mut report.violations);
     two_cells_serving(history, &at, &mut report.violations);
+    grants_after_ownership(history, &ops, &at, &mut report.violations);
     report
 }
 
@@ -338,5 +346,40 @@ fn two_cells_serving(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mu
                 }
             }
         }
+    }
+}
+
+fn grants_after_ownership(history: &History, ops: &HashMap<OpId, Op>, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    // For every (ns, shard, cell, epoch) the watch showed: the first line that showed
+    // the shard at a later epoch (`None`: never, as far as the history goes).
+    let mut ended: BTreeMap<(&NamespaceName, &ShardName, &CellId, Epoch), Option<usize>> = BTreeMap::new();
+    for (i, e) in history.events.iter().enumerate() {
+        if let EventKind::OwnerObserved { ns, shard, cell, epoch, .. } = &e.kind {
+            for ((n, s, _, ep), end) in ended.iter_mut() {
+                if *n == ns && *s == shard && *ep < *epoch && end.is_none() {
+                    *end = Some(i);
+                }
+            }
+            if let Some(c) = cell {
+                ended.entry((ns, shard, c, *epoch)).or_insert(None);
+            }
+        }
+    }
+    for (g, e) in history.events.iter().enumerate() {
+        let EventKind::GrantOk { op, lock, token, cell, .. } = &e.kind else { continue };
+        let Some(invoked) = ops.get(op).map(|o| o.invoked) else { continue };
+        let epoch = token.epoch();
+        // The shards of the namespace this cell owned at this epoch: the grant was in
+        // one of them. Flagged only if every one had ended before the Acquire was sent.
+        let ends: Vec<Option<usize>> = ended.iter().filter(|((n, _, c, ep), _)| *n == &lock.ns && *c == cell && *ep == epoch).map(|(_, end)| *end).collect();
+        if ends.is_empty() || !ends.iter().all(|end| end.is_some_and(|line| line < invoked)) {
+            continue;
+        }
+        let last_end = ends.iter().flatten().copied().max().expect("every one ended");
+        out.push(Violation {
+            kind: ViolationKind::GrantAfterOwnershipEnded,
+            summary: format!("{cell} granted {lock} token {token} at {epoch} to an Acquire sent after the registry had moved its shard on"),
+            events: vec![at(last_end), at(invoked), at(g)],
+        });
     }
 }

@@ -51,6 +51,8 @@ pub enum FaultKind {
     ClockStep,
     /// Undo an earlier fault on the same target.
     Heal,
+    /// SIGKILL one node (any, leader or not) and start it again on its data.
+    KillNode,
 }
 
 impl fmt::Display for LockKey {

@@ -104,6 +104,16 @@ impl Rec {
         let at_ms = self.t;
         self.ev(EventKind::SessionExpired { session: session(s), at_ms });
     }
+    /// The registry's watch: `payments/default` owned by `cell` at `epoch`.
+    fn owner(&mut self, cell: &str, epoch: u32) {
+        self.ev(EventKind::OwnerObserved {
+            ns: NamespaceName::new("payments").unwrap(),
+            shard: ShardName::default_shard(),
+            cell: Some(CellId::new(cell).unwrap()),
+            epoch: Epoch(epoch),
+            moving_to: None,
+        });
+    }
     fn serving(&mut self, cell: &str, epoch: u32, from_ms: u64, until_ms: Option<u64>) {
         self.ev(EventKind::CellServing {
             cell: CellId::new(cell).unwrap(),
@@ -224,6 +234,23 @@ fn planted_two_cells_serving_is_found() {
     r.serving("ap-south-1", 1, 500, Some(550));
     r.serving("ap-south-1", 3, 700, None);
     assert!(check(&r.h).is_clean());
+}
+
+/// Issue #15, item 2: a cell granting at an epoch after the registry moved the shard
+/// on, to an Acquire sent after the move was seen.
+#[test]
+fn planted_grant_after_ownership_ended_is_found() {
+    let l = lock("settle-7");
+    let mut r = clean();
+    r.owner("us-east-1", 1);
+    let in_flight = r.invoke_grant(&l, 7);
+    r.owner("eu-west-1", 2);
+    // Sent while us-east-1 still owned the shard, answered after: allowed.
+    r.answer_grant(in_flight, &l, 7, tok(1, 60_000), Answer::Ok);
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+    // Sent after the watch showed epoch 2: us-east-1 must have refused it.
+    r.grant(&l, 8, tok(1, 60_001), Answer::Ok);
+    only(&check(&r.h), ViolationKind::GrantAfterOwnershipEnded);
 }
 
 #[test]

@@ -31,6 +31,8 @@ use tonic::transport::Channel;
 use tonic::Status;
 use tracing::debug;
 
+/// The longest pause between passes while members answer NOT_LEADER (an election).
+const ELECTION_POLL: Duration = Duration::from_millis(100);
 /// How long a member that failed is tried after the others.
 const DEMOTED_FOR: Duration = Duration::from_secs(3);
 
@@ -318,7 +320,15 @@ impl Upstream {
                 Err(e) if !e.is_retryable() => return Err(Some(e)),
                 Err(e) => e,
             };
-            let delay = backoff.next_delay();
+            // NOT_LEADER from every member that answered: the group is alive and
+            // electing. A new leader is usually there within the election timeout;
+            // polling its members every ≤ 100 ms finds it without adding the
+            // exponential backoff's seconds to the outage. Unreachable members and
+            // other refusals back off as usual.
+            let delay = match &error {
+                CallError::Refused { code: ErrorCode::NotLeader, .. } => backoff.next_delay().min(ELECTION_POLL),
+                _ => backoff.next_delay(),
+            };
             if Instant::now() + delay >= retry.give_up {
                 return Err(Some(error));
             }

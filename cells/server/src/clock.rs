@@ -291,7 +291,14 @@ impl LeaseClock {
                 EventKind::Dequeued { .. } => {
                     self.waits.remove(&(ev.session, ev.request_id.clone()));
                 }
-                EventKind::Queued { .. } => {}
+                EventKind::Queued { .. } => {
+                    // Until the call that queued it says how long it waits
+                    // (`track_wait`), a waiter stays queued no longer than its session's
+                    // TTL: a caller gone while its acquire was being proposed leaves no
+                    // waiter queued for good.
+                    let ttl = self.sessions.get(&ev.session).map_or(Duration::ZERO, |s| s.ttl);
+                    self.waits.entry((ev.session, ev.request_id.clone())).or_insert(now + ttl);
+                }
             }
         }
     }
@@ -590,5 +597,32 @@ mod tests {
         // The granted waiter's wait timer is gone.
         let cancel = Command::CancelWait { session: SessionId(2), request_id: RequestId::new("r").unwrap() };
         assert!(!clock.due(t0 + Duration::from_millis(20_000)).contains(&cancel));
+    }
+
+    /// Issue #15, item 6: a queued acquire whose caller went away while it was being
+    /// proposed never reaches `track_wait`; it must still be cancelled, at the latest
+    /// one session TTL after it was queued.
+    #[test]
+    fn a_waiter_whose_call_never_tracked_it_is_cancelled_within_a_ttl() {
+        let t0 = Instant::now();
+        let mut st = state_with_sessions(1_000, None);
+        let mut clock = LeaseClock::on_election(t0, &st, CP, &CheckpointArrivals::default());
+        let acquire = |s: u64, wait| Command::Acquire {
+            shard: key(),
+            epoch: None,
+            name: LockName::new("l").unwrap(),
+            session: SessionId(s),
+            mode: Mode::Exclusive,
+            request_id: RequestId::new("r").unwrap(),
+            value: vec![],
+            wait,
+        };
+        commit(&mut st, &mut clock, t0, acquire(1, false));
+        commit(&mut st, &mut clock, t0, acquire(2, true));
+        // No track_wait: the call was dropped.
+        let cancel = Command::CancelWait { session: SessionId(2), request_id: RequestId::new("r").unwrap() };
+        let ttl = clock.sessions[&SessionId(2)].ttl;
+        assert!(!clock.due(t0 + ttl - Duration::from_millis(1)).contains(&cancel));
+        assert!(clock.due(t0 + ttl).contains(&cancel), "a waiter nobody tracks stays queued");
     }
 }

@@ -41,13 +41,13 @@ pub struct CellConfig {
     /// How long before its ownership lease ends the cell stops granting, ms: covers
     /// clock-rate differences and a proposal in flight. Default 500.
     pub ownership_margin_ms: u64,
-    /// Leader heartbeat, ms. Default 150.
+    /// Leader heartbeat, ms. Default 100.
     pub heartbeat_ms: u64,
-    /// Election timeout range, ms. Defaults 1000 and 2000.
+    /// Election timeout range, ms. Defaults 300 and 500 (the leader lease is the max).
     pub election_min_ms: u64,
     pub election_max_ms: u64,
     /// How often the leader commits a checkpoint of sessions that did not renew, ms.
-    /// Default 500. Part of the bound on a dead session's life (docs/sessions.md).
+    /// Default 250. Part of the bound on a dead session's life (docs/sessions.md).
     pub checkpoint_interval_ms: u64,
     /// Entries between snapshots. Default 5000.
     pub snapshot_every_logs: u64,
@@ -79,7 +79,7 @@ impl CellConfig {
             ("region", "local".into()),
             ("raft_addr", "127.0.0.1:7101".into()),
             ("client_addr", "127.0.0.1:7001".into()),
-            ("checkpoint_interval_ms", 500.into()),
+            ("checkpoint_interval_ms", 250.into()),
             ("registry_endpoints", "".into()),
             ("ownership_margin_ms", 500.into()),
         ];
@@ -142,7 +142,7 @@ mod tests {
     #[test]
     fn file_then_env_then_flags() {
         let dir = tempfile::tempdir().unwrap();
-        let f = write(dir.path(), "node_id = 1\ndata_dir = \"/tmp/x\"\ncheckpoint_interval_ms = 400\nheartbeat_ms = 100\n");
+        let f = write(dir.path(), "node_id = 1\ndata_dir = \"/tmp/x\"\ncheckpoint_interval_ms = 200\nheartbeat_ms = 90\n");
         // The env override must take effect (the config crate's prefix trap).
         // (A variable no other test reads: tests run in parallel in one process.)
         std::env::set_var("HOLDFAST_SNAPSHOT_EVERY_LOGS", "777");
@@ -153,9 +153,9 @@ mod tests {
         std::env::remove_var("HOLDFAST_RAFT_ENDPOINT");
         assert_eq!(c.node_id, 3, "flag beats file");
         assert_eq!(c.snapshot_every_logs, 777, "env beats default");
-        assert_eq!(c.heartbeat_ms, 100, "file beats default");
-        assert_eq!(c.checkpoint_interval_ms, 400, "file beats default");
-        assert_eq!(c.election_max_ms, 2000, "default");
+        assert_eq!(c.heartbeat_ms, 90, "file beats default");
+        assert_eq!(c.checkpoint_interval_ms, 200, "file beats default");
+        assert_eq!(c.election_max_ms, 500, "default");
     }
 
     #[test]
@@ -163,7 +163,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = write(dir.path(), "node_id = 1\ndata_dir = \"/tmp/x\"\nelection_min_ms = 200\n");
         let e = CellConfig::load(Some(&f), &[]).unwrap_err().to_string();
-        assert!(e.contains("election_min_ms (200) must be at least 3 × heartbeat_ms (150)"), "{e}");
+        assert!(e.contains("election_min_ms (200) must be at least 3 × heartbeat_ms (100)"), "{e}");
         let f = write(dir.path(), "node_id = 1\ndata_dir = \"/tmp/x\"\nbogus = 1\n");
         assert!(CellConfig::load(Some(&f), &[]).unwrap_err().to_string().contains("bogus"));
         let f = write(dir.path(), "data_dir = \"/tmp/x\"\n");

@@ -56,6 +56,9 @@ impl TestCell {
                     ("raft_addr", "127.0.0.1:0".into()),
                     ("client_addr", "127.0.0.1:0".into()),
                     ("heartbeat_ms", "100".into()),
+                    // The 2-core test timings of docs/development.md.
+                    ("election_min_ms", "1000".into()),
+                    ("election_max_ms", "2000".into()),
                     ("checkpoint_interval_ms", "500".into()),
                     ("shutdown_deadline_ms", "5000".into()),
                     ("tls.insecure", "true".into()),

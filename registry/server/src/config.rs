@@ -25,10 +25,10 @@ pub struct RegistryConfig {
     pub client_addr: String,
     /// Client address given in `NOT_LEADER` hints, if it differs from `client_addr`.
     pub advertise_client_addr: Option<String>,
-    /// Leader heartbeat, ms. Default 150. Registry voters are far apart: raise it with
+    /// Leader heartbeat, ms. Default 100. Registry voters are far apart: raise it with
     /// the WAN round trip.
     pub heartbeat_ms: u64,
-    /// Election timeout range, ms. Defaults 1000 and 2000.
+    /// Election timeout range, ms. Defaults 300 and 500 (the leader lease is the max).
     pub election_min_ms: u64,
     pub election_max_ms: u64,
     /// How long one ownership renewal lets a cell serve its shards, ms. Default 3000.
