@@ -31,8 +31,9 @@ use tonic::transport::Channel;
 use tonic::Status;
 use tracing::debug;
 
-/// The longest pause between passes while members answer NOT_LEADER (an election).
-const ELECTION_POLL: Duration = Duration::from_millis(100);
+/// The longest pause between passes while members answer NOT_LEADER or UNAVAILABLE
+/// (a failover under way).
+const FAILOVER_POLL: Duration = Duration::from_millis(100);
 /// How long a member that failed is tried after the others.
 const DEMOTED_FOR: Duration = Duration::from_secs(3);
 
@@ -320,13 +321,14 @@ impl Upstream {
                 Err(e) if !e.is_retryable() => return Err(Some(e)),
                 Err(e) => e,
             };
-            // NOT_LEADER from every member that answered: the group is alive and
-            // electing. A new leader is usually there within the election timeout;
-            // polling its members every ≤ 100 ms finds it without adding the
-            // exponential backoff's seconds to the outage. Unreachable members and
-            // other refusals back off as usual.
+            // NOT_LEADER or UNAVAILABLE from a member that answered: the group is alive
+            // and busy with a failover (an election; a new leader that has not yet
+            // renewed its ownership lease). That is over within about an election
+            // timeout, and these answers cost the group next to nothing: polling every
+            // ≤ 100 ms finds the end without adding the exponential backoff's seconds
+            // to the outage. Members that do not answer back off as usual.
             let delay = match &error {
-                CallError::Refused { code: ErrorCode::NotLeader, .. } => backoff.next_delay().min(ELECTION_POLL),
+                CallError::Refused { code: ErrorCode::NotLeader | ErrorCode::Unavailable, .. } => backoff.next_delay().min(FAILOVER_POLL),
                 _ => backoff.next_delay(),
             };
             if Instant::now() + delay >= retry.give_up {

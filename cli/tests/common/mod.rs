@@ -2,7 +2,7 @@
 //! condition waits with deadlines, and the few OS calls the tests make.
 #![allow(dead_code)] // each test binary uses part of it
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -185,4 +185,67 @@ pub fn holdfast_at(data: &Path) -> Command {
     let mut c = Command::new(BIN);
     c.env("HOLDFAST_PLAYGROUND", data);
     c
+}
+
+// ---- the gateway's HTTP API, as the process tests call it
+
+pub fn http(v: &Value, region: &str) -> String {
+    format!("https://{}", v["regions"][region]["gateway"]["http"].as_str().expect("gateway http address"))
+}
+
+/// A call retried while the playground settles (a shard being adopted, a leader
+/// starting: 5xx, or 409/404 while placement propagates), up to [`WAIT`].
+pub async fn call(c: &reqwest::Client, method: reqwest::Method, url: &str, body: Option<Value>) -> Value {
+    let end = Instant::now() + WAIT;
+    loop {
+        let mut req = c.request(method.clone(), url);
+        if let Some(b) = &body {
+            req = req.json(b);
+        }
+        let last = match req.send().await {
+            Ok(r) if r.status().is_success() => return r.json().await.expect("JSON answer"),
+            Ok(r) => format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => e.to_string(),
+        };
+        assert!(Instant::now() < end, "{method} {url}: {last}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+pub async fn ready(c: &reqwest::Client, v: &Value) {
+    for region in v["regions"].as_object().unwrap().keys() {
+        let url = format!("{}/readyz", http(v, region));
+        let end = Instant::now() + WAIT;
+        while !c.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+            assert!(Instant::now() < end, "{url} not ready");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+pub fn token(v: &Value) -> u64 {
+    v["token"].as_str().expect("token is a JSON string").parse().expect("token is decimal")
+}
+
+pub async fn session(c: &reqwest::Client, gw: &str, ttl_ms: u64) -> String {
+    let s = call(c, reqwest::Method::POST, &format!("{gw}/v1/sessions"), Some(json!({ "ns": "demo", "ttl_ms": ttl_ms }))).await;
+    s["session"].as_str().expect("session handle").to_owned()
+}
+
+/// Acquires `name`, retrying (each attempt with its own request id: a retry with the
+/// same one would get the first attempt's refusal back) until [`WAIT`].
+pub async fn acquire(c: &reqwest::Client, gw: &str, name: &str, session: &str, wait_ms: u64) -> u64 {
+    let url = format!("{gw}/v1/locks/demo/default/{name}/acquire");
+    let end = Instant::now() + WAIT;
+    for attempt in 0.. {
+        let body = json!({ "session": session, "request_id": format!("{name}-{attempt}"), "wait_timeout_ms": wait_ms });
+        let last = match c.post(&url).json(&body).send().await {
+            Ok(r) if r.status().is_success() => return token(&r.json().await.expect("JSON answer")),
+            Ok(r) => format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => e.to_string(),
+        };
+        assert!(Instant::now() < end, "acquire {name}: {last}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    unreachable!()
 }

@@ -1,0 +1,85 @@
+//! Issue #15: a cell keeps serving every client through the loss of a minority of its
+//! nodes. On a playground (mutual TLS, one region), the cell's leader is SIGSTOPped for
+//! twice a session's TTL; a session renewed only over the gateway's HTTP API
+//! (`POST /v1/sessions/{id}/keepalive`, as any non-Rust client renews) and one renewed
+//! by the SDK's KeepAlive stream through the gateway both keep their locks. Before the
+//! fix of issue #13, the HTTP renewal stuck to a follower answering NOT_LEADER until
+//! the session expired.
+
+mod common;
+
+use common::{acquire, call, http, https_client, ready, session, Dev};
+use holdfast_client::{AcquireOptions, Client, ClientConfig, SessionOptions};
+use holdfast_rpc::{CertFiles, Security, TlsMaterial, Transport, TransportOptions};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TTL_MS: u64 = 3_000;
+
+fn holder_tokens(d: &Value) -> Vec<u64> {
+    d["holders"].as_array().expect("holders").iter().map(|h| h["token"].as_str().expect("token string").parse().expect("decimal")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cell_leader_costs_no_session_renewed_over_http_or_the_sdk_stream() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("pg");
+    std::fs::create_dir(&data).unwrap();
+    let mut dev = Dev::start(&data, &["--regions", "1", "--base-port", "8300"]);
+    let v = dev.endpoints(&data);
+    let c = https_client(&data, Duration::from_secs(5));
+    ready(&c, &v).await;
+    let gw = http(&v, "east");
+    let grpc = v["regions"]["east"]["gateway"]["grpc"].as_str().unwrap().to_owned();
+
+    // --- H renews over HTTP only; S is the SDK's session, renewed on its stream
+    let h = session(&c, &gw, TTL_MS).await;
+    let th = acquire(&c, &gw, "paused-http", &h, 0).await;
+    let security = Security::Tls(Arc::new(TlsMaterial::load(CertFiles::user(&data.join("certs"), "root")).unwrap()));
+    let sdk = Client::connect_via(&Transport::new(TransportOptions::default(), security), &[grpc], ClientConfig::default()).await.unwrap();
+    let s = sdk.create_session(SessionOptions::new("demo", "default", Duration::from_millis(TTL_MS)).label("paused-leader")).await.unwrap();
+    let lock = s.acquire("paused-sdk", AcquireOptions::new().wait(Duration::from_secs(10))).await.unwrap();
+    let ts = lock.token().0;
+
+    // --- H's renewals: every TTL/6 over HTTP, each answered or not
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let renewer = {
+        let (c, url, stop, ok, failed) = (c.clone(), format!("{gw}/v1/sessions/{h}/keepalive"), stop.clone(), ok.clone(), failed.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match c.post(&url).json(&serde_json::json!({})).send().await {
+                    Ok(r) if r.status().is_success() => ok.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+                tokio::time::sleep(Duration::from_millis(TTL_MS / 6)).await;
+            }
+        })
+    };
+
+    // --- the cell's leader stops for twice the TTL, then resumes
+    let paused = Instant::now();
+    let out = common::holdfast_at(&data)
+        .args(["drill", "fault", "pause-leader", "--cell", "east-1", "--ms", &(2 * TTL_MS).to_string()])
+        .output()
+        .expect("run holdfast drill fault pause-leader");
+    assert!(out.status.success(), "pause-leader: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(paused.elapsed() >= Duration::from_millis(2 * TTL_MS));
+    tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
+    stop.store(true, Ordering::Relaxed);
+    renewer.await.unwrap();
+    eprintln!("HTTP renewals: {} answered, {} not", ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+
+    // --- both sessions lived: their locks are held with the same tokens
+    for (name, token) in [("paused-http", th), ("paused-sdk", ts)] {
+        let d = call(&c, reqwest::Method::GET, &format!("{gw}/v1/locks/demo/default/{name}"), None).await;
+        assert_eq!(holder_tokens(&d), vec![token], "{name} lost its holder while the leader was paused: {d}");
+    }
+    let r = c.post(format!("{gw}/v1/sessions/{h}/keepalive")).json(&serde_json::json!({})).send().await.unwrap();
+    assert!(r.status().is_success(), "the HTTP session is gone: {}", r.text().await.unwrap_or_default());
+    drop(lock);
+    drop(s);
+    dev.stop();
+}
