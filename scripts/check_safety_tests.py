@@ -98,6 +98,13 @@ MUTANTS = [
     ("a waiter whose call went away stays queued", "cells/server/src/clock.rs",
      "                    self.waits.entry((ev.session, ev.request_id.clone())).or_insert(now + ttl);\n", "                    let _ = ttl;\n",
      SERVER_TESTS),
+    ("a stuck cell leader eats a renewal's whole deadline at the gateway", "gateway/src/gateway.rs",
+     "let budget = Budget::per_attempt((total / 2).max(MIN_RENEWAL_ATTEMPT).min(total)).until(tokio::time::Instant::now() + total);",
+     "let budget = Budget::per_attempt(total.max(MIN_RENEWAL_ATTEMPT));",
+     ["-p", "holdfast", "--test", "paused_leader"]),
+    ("a replica skips an entry it cannot read", "raft/src/sm_store.rs",
+     "let payload = self.write_lock().apply(index, &req.payload)?;", "let payload = self.write_lock().apply(index, &req.payload).unwrap_or_default();",
+     ["-p", "holdfast-raft", "--test", "storage_suite", "an_unreadable"]),
     ("a session is usable by anyone", "cells/server/src/cell.rs",
      "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
 ]

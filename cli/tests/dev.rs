@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{acquire, alive, all_pids, call, holdfast_at, http, https_client, kill, ready, session, token, wait_for, Dev, WAIT};
-use serde_json::{json, Value};
+use common::{acquire, alive, all_pids, call, holdfast_at, http, https_client, kill, ready, session, wait_for, Dev, WAIT};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -27,6 +27,9 @@ use tracing::warn;
 
 /// Extra time a queued acquire's call gets beyond its wait, for the grant to travel.
 const WAIT_GRACE: Duration = Duration::from_secs(2);
+/// The least time one member gets to answer a renewal, however short the caller's
+/// deadline (see `keep_alive`).
+const MIN_RENEWAL_ATTEMPT: Duration = Duration::from_millis(200);
 
 /// The gateway's shared state: placement, limits, and the tasks that forward renewal
 /// streams. Cheap to clone.
@@ -135,7 +138,14 @@ impl Gateway {
         let ctx = &self.access.authorize(ctx, &Need::In(Role::Holder, key.ns.clone()))?;
         // The sender of the attempt that got through: the rest is forwarded into it.
         let accepted: Mutex<Option<mpsc::Sender<pb::KeepAliveRequest>>> = Mutex::new(None);
-        let stream = at_owner(&self.placement, &key, self.budget(ctx), |ch, _| {
+        // A renewal is answered in milliseconds by a working leader. One that is stuck
+        // (SIGSTOPped, partitioned with its socket open) must not eat the caller's whole
+        // deadline: each member gets at most half of it, so the pass always reaches
+        // another member — the new leader, or a follower's NOT_LEADER that the caller
+        // retries at once. (Renewals are idempotent; other calls keep the full budget.)
+        let total = ctx.budget(self.timeout);
+        let budget = Budget::per_attempt((total / 2).max(MIN_RENEWAL_ATTEMPT).min(total)).until(tokio::time::Instant::now() + total);
+        let stream = at_owner(&self.placement, &key, budget, |ch, _| {
             let (tx, rx) = mpsc::channel(16);
             let _ = tx.try_send(first.clone());
             *accepted.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);

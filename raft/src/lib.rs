@@ -59,5 +59,5 @@ pub use network::{GrpcConnection, GrpcNetworkFactory, NetworkOptions, SNAPSHOT_C
 pub use node::{current_metrics, Applied, NodeConfig, RaftNode, RaftTimings};
 pub use service::{RaftGrpcService, MAX_SNAPSHOT_BYTES};
 pub use serving::{Failure, Serving};
-pub use sm_store::{ReplicatedState, SnapshotBuilder, StateHandle, StateMachineStore, WaitAppliedError};
+pub use sm_store::{undecodable, ReplicatedState, SnapshotBuilder, StateHandle, StateMachineStore, WaitAppliedError};
 pub use types::{Node, NodeId, Raft, ReadPolicy, Request, Response, TypeConfig};

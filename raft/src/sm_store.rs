@@ -30,13 +30,26 @@ const KEY_SNAPSHOT: &[u8] = b"snapshot";
 pub trait ReplicatedState: Send + Sync + 'static {
     /// Applies one committed command and returns the response for its proposer.
     /// Deterministic: no clock, no randomness, no I/O — every replica computes the same.
-    fn apply(&mut self, log_index: u64, payload: &[u8]) -> Vec<u8>;
+    ///
+    /// `Err` only for a command this build cannot read (a newer release wrote it): the
+    /// node then stops on a fatal storage error instead of skipping it, so replicas of
+    /// different versions never diverge — the old one refuses to go on. A command that
+    /// is read and refused by the state's rules is an `Ok` response.
+    fn apply(&mut self, log_index: u64, payload: &[u8]) -> io::Result<Vec<u8>>;
 
     /// Serializes the whole state. Versioning the format is the application's job.
     fn snapshot(&self) -> Vec<u8>;
 
     /// Replaces the whole state with a snapshot made by [`ReplicatedState::snapshot`].
     fn restore(&mut self, data: &[u8]) -> io::Result<()>;
+}
+
+/// The error an application's `apply` returns for a committed entry it cannot read
+/// (`what` names the state: "cell", "registry"). Logged here, once, as what it is: this
+/// node stops rather than skip an entry its peers apply.
+pub fn undecodable(what: &str, log_index: u64, e: &dyn std::fmt::Display) -> io::Error {
+    tracing::error!(log_index, error = %e, "a committed {what} entry this release cannot read (written by a newer one?): this node stops rather than diverge");
+    io::Error::new(io::ErrorKind::InvalidData, format!("committed {what} entry {log_index} cannot be read by this release: {e}"))
 }
 
 /// A read handle on the applied state, for the server that runs on top.
@@ -226,7 +239,9 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
             let response = match entry.payload {
                 EntryPayload::Blank => Response::default(),
                 EntryPayload::Normal(req) => {
-                    let payload = self.write_lock().apply(index, &req.payload);
+                    // An unreadable entry stops this node (openraft's fatal error,
+                    // then `Serving`'s exit): it must not apply a different history.
+                    let payload = self.write_lock().apply(index, &req.payload)?;
                     Response { payload }
                 }
                 EntryPayload::Membership(m) => {

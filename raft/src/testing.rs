@@ -204,12 +204,12 @@ impl AppendLog {
 }
 
 impl ReplicatedState for AppendLog {
-    fn apply(&mut self, _log_index: u64, payload: &[u8]) -> Vec<u8> {
+    fn apply(&mut self, _log_index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
         // A malformed command is applied as a no-op on every replica alike.
         if let Ok(arr) = <[u8; 8]>::try_from(payload) {
             self.values.push(u64::from_be_bytes(arr));
         }
-        (self.values.len() as u64).to_be_bytes().to_vec()
+        Ok((self.values.len() as u64).to_be_bytes().to_vec())
     }
 
     fn snapshot(&self) -> Vec<u8> {

@@ -49,3 +49,42 @@ async fn snapshot_survives_reopen() {
     assert_eq!(sm.handle().read(|s| s.values.clone()), vec![10, 20, 30]);
     assert_eq!(sm.handle().last_applied(), Some(3));
 }
+
+/// Issue #15, item 6: an entry the state machine cannot read stops the node with a
+/// fatal error (the application's `apply` failed), instead of being skipped while
+/// other replicas apply it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_committed_entry_stops_the_node() {
+    use holdfast_raft::{NodeConfig, RaftNode, ReplicatedState};
+    use openraft::async_runtime::WatchReceiver;
+    struct Picky;
+    impl ReplicatedState for Picky {
+        fn apply(&mut self, log_index: u64, payload: &[u8]) -> std::io::Result<Vec<u8>> {
+            match payload {
+                b"future" => Err(holdfast_raft::undecodable("test", log_index, &"version 99")),
+                _ => Ok(Vec::new()),
+            }
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn restore(&mut self, _: &[u8]) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = RaftNode::start(NodeConfig::new(1, "picky", dir.path()), listener, Picky).await.unwrap();
+    node.initialize([(1, node.node().clone())].into()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while node.write(b"today".to_vec()).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "the node never accepted a write");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(node.write(b"future".to_vec()).await.is_err(), "the unreadable entry was answered as applied");
+    let mut m = node.raft().metrics();
+    while m.borrow_watched().running_state.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "the node kept running after an unreadable entry");
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(100), m.changed()).await;
+    }
+}

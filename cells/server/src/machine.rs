@@ -7,7 +7,7 @@
 //! broadcast that feeds Watch streams. None of them can change the replicated state.
 
 use crate::clock::{CheckpointArrivals, LeaseClock};
-use holdfast_cell_state::{Applied, CellError, CellState, DequeueReason, Entry, Event, EventKind};
+use holdfast_cell_state::{CellState, DequeueReason, Entry, Event, EventKind};
 use holdfast_core::{FencingToken, RequestId, SessionId};
 use holdfast_raft::ReplicatedState;
 use std::collections::HashMap;
@@ -15,7 +15,6 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{broadcast, oneshot};
-use tracing::error;
 
 /// A wake-up armed for one call; dropping it removes the wake-up from the table
 /// (unless another call for the same request still waits on its own).
@@ -159,16 +158,8 @@ impl CellMachine {
 }
 
 impl ReplicatedState for CellMachine {
-    fn apply(&mut self, log_index: u64, payload: &[u8]) -> Vec<u8> {
-        let entry = match Entry::decode(payload) {
-            Ok(e) => e,
-            Err(e) => {
-                // Only a newer release's entry can do this: refuse it, change nothing.
-                error!(log_index, error = %e, "cannot decode a committed cell entry; it changes nothing");
-                let refused = Applied { result: Err(CellError::Unavailable(format!("undecodable entry: {e}"))), events: vec![] };
-                return refused.encode();
-            }
-        };
+    fn apply(&mut self, log_index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
+        let entry = Entry::decode(payload).map_err(|e| holdfast_raft::undecodable("cell", log_index, &e))?;
         let applied = self.state.apply(&entry);
         let now = Instant::now();
         let mut clock = self.hooks.clock.lock().expect("clock lock");
@@ -178,7 +169,7 @@ impl ReplicatedState for CellMachine {
         self.hooks.arrivals.lock().expect("arrivals lock").on_applied(now, &entry.cmd, &applied);
         drop(clock);
         self.hooks.fire(&applied.events);
-        applied.encode()
+        Ok(applied.encode())
     }
 
     fn snapshot(&self) -> Vec<u8> {
@@ -196,5 +187,26 @@ impl ReplicatedState for CellMachine {
         *clock = None;
         self.hooks.arrivals.lock().expect("arrivals lock").clear();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_cell_state::Command;
+    use holdfast_core::SessionId;
+
+    /// Issue #15, item 6: a replica that cannot read a committed entry (a newer
+    /// release wrote it) must refuse to go on, not apply it as a no-op while its peers
+    /// apply it: `apply` fails, and the Raft node stops on it (`raft/src/sm_store.rs`).
+    #[test]
+    fn an_entry_of_a_newer_release_stops_the_replica_instead_of_being_skipped() {
+        let mut m = CellMachine::new(Hooks::new());
+        let mut bytes = Entry::new(0, Command::CloseSession { session: SessionId(1) }).encode();
+        assert!(m.apply(1, &bytes).is_ok(), "an entry of this release applies (refused by the rules, but read)");
+        bytes[4..6].copy_from_slice(&99u16.to_le_bytes());
+        let e = m.apply(2, &bytes).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("cannot be read"), "{e}");
     }
 }

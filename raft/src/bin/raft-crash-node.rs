@@ -16,11 +16,11 @@ use holdfast_raft::{NodeConfig, RaftNode, ReplicatedState};
 struct Values(Vec<u64>);
 
 impl ReplicatedState for Values {
-    fn apply(&mut self, _log_index: u64, payload: &[u8]) -> Vec<u8> {
+    fn apply(&mut self, _log_index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
         if let Ok(a) = <[u8; 8]>::try_from(payload) {
             self.0.push(u64::from_be_bytes(a));
         }
-        Vec::new()
+        Ok(Vec::new())
     }
     fn snapshot(&self) -> Vec<u8> {
         self.0.iter().flat_map(|v| v.to_be_bytes()).collect()

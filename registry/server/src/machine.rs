@@ -5,11 +5,10 @@
 
 use crate::leases::OwnershipLeases;
 use holdfast_raft::ReplicatedState;
-use holdfast_registry_state::{Applied, Entry, OwnershipEvent, RegistryError, RegistryState};
+use holdfast_registry_state::{Entry, OwnershipEvent, RegistryState};
 use std::io;
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
-use tracing::error;
 
 /// Shared between the state machine (which fires events) and the server.
 #[derive(Debug)]
@@ -50,22 +49,14 @@ impl RegistryMachine {
 }
 
 impl ReplicatedState for RegistryMachine {
-    fn apply(&mut self, log_index: u64, payload: &[u8]) -> Vec<u8> {
-        let entry = match Entry::decode(payload) {
-            Ok(e) => e,
-            Err(e) => {
-                // Only a newer release's entry can do this: refuse it, change nothing.
-                error!(log_index, error = %e, "cannot decode a committed registry entry; it changes nothing");
-                let refused = Applied { result: Err(RegistryError::Undecodable(e.to_string())), events: vec![] };
-                return refused.encode();
-            }
-        };
+    fn apply(&mut self, log_index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
+        let entry = Entry::decode(payload).map_err(|e| holdfast_raft::undecodable("registry", log_index, &e))?;
         let applied = self.state.apply(&entry);
         for ev in &applied.events {
             // No receivers is fine: nobody watches.
             let _ = self.hooks.events.send(ev.clone());
         }
-        applied.encode()
+        Ok(applied.encode())
     }
 
     fn snapshot(&self) -> Vec<u8> {
