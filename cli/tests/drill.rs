@@ -132,6 +132,37 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     }
     one_owner_each(d, &gw);
 
+    // Issue #15, randomized pauses: a holder SIGSTOPped around its TTL again and again
+    // (5 here; 50 by default, see docs/drills.md), each late write through the fence:
+    // no stale write accepted. With the fence planted open, the same run must go red.
+    let out = tmp.path().join("holder-pauses");
+    let o = out.to_str().unwrap();
+    let stdout = ok(&["drill", "run", "--data-dir", d, "--scenario", "holder-pauses", "--pauses", "5", "--settle-s", "1", "--out", o]);
+    eprintln!("{stdout}");
+    assert!(stdout.contains("refused by the fence"), "{stdout}");
+    let r = report(&out);
+    assert_eq!(r["violations"].as_array().unwrap().len(), 0, "{r}");
+    let out = tmp.path().join("holder-pauses-unfenced");
+    let o = out.to_str().unwrap();
+    let failed = holdfast(&[
+        "drill",
+        "run",
+        "--data-dir",
+        d,
+        "--scenario",
+        "holder-pauses",
+        "--pauses",
+        "2",
+        "--settle-s",
+        "1",
+        "--plant",
+        "unfenced-resource",
+        "--out",
+        o,
+    ]);
+    assert!(!failed.status.success(), "a drill over an unfenced resource must fail");
+    assert!(violations(&report(&out), "stale_write_accepted") > 0, "{}", report(&out));
+
     // An evacuation killed half-way: one owner each; a rerun resumes and completes.
     let state = tmp.path().join("evac-state");
     let s = state.to_str().unwrap();

@@ -618,13 +618,13 @@ async fn cycles(
 /// acquire and release on three names), one node — any, leader or not — SIGKILLed and
 /// restarted every few seconds. The whole history goes through the drills' checker:
 /// tokens never go back or repeat, no acknowledged grant is missing from a later read.
-/// 40 s in CI; `HOLDFAST_KILL9_SECS=600` for a long run. The kill order comes from a
-/// seed that is printed (`HOLDFAST_KILL9_SEED` replays it).
+/// 40 s in CI; `KILL9_SECS=600` for a long run. The kill order comes from a
+/// seed that is printed (`KILL9_SEED` replays it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_cycles_lose_no_acknowledged_grant_and_tokens_only_grow() {
     use holdfast_drills::history::{EventKind as K, FaultKind, LockKey};
-    let secs: u64 = std::env::var("HOLDFAST_KILL9_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
-    let seed: u64 = std::env::var("HOLDFAST_KILL9_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_0015);
+    let secs: u64 = std::env::var("KILL9_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let seed: u64 = std::env::var("KILL9_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_0015);
     eprintln!("kill -9 cycles: {secs} s, seed {seed}");
     let mut cell = ProcCell::start(None).await;
     let (leader, _) = cell.leader_among(&[1, 2, 3]).await;

@@ -51,6 +51,11 @@ pub enum Scenario {
     /// late write must be refused), a cell leader SIGSTOPped past its election timeout,
     /// the whole region SIGKILLed and restarted.
     ProcessFaults,
+    /// A lock holder process SIGSTOPped `--pauses` times, each for a random time
+    /// around its TTL (from `--seed`; the first one well past it), while the next
+    /// holder waits for the lock; each resumed holder writes with its old token
+    /// through the fence. However long the pause, no stale write may be accepted.
+    HolderPauses,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -82,6 +87,12 @@ pub struct RunArgs {
     /// How long a region stays cut off (`partition`) or down (`process-faults`).
     #[arg(long, default_value_t = 10)]
     pub cut_s: u64,
+    /// `holder-pauses`: how many pauses.
+    #[arg(long, default_value_t = 50)]
+    pub pauses: u32,
+    /// `holder-pauses`: the seed of the pause lengths (printed; replays a run).
+    #[arg(long, default_value_t = 15)]
+    pub seed: u64,
     /// Plant a bug to prove the checker catches it (the drill then must fail).
     #[arg(long, value_enum)]
     pub plant: Option<Plant>,
@@ -143,7 +154,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
 
     let region = match (a.region.clone(), a.scenario) {
         (Some(r), _) => r,
-        (None, Scenario::Evacuate) => pg.regions[0].name.clone(),
+        (None, Scenario::Evacuate | Scenario::HolderPauses) => pg.regions[0].name.clone(),
         (None, Scenario::Partition | Scenario::ProcessFaults) => pg.regions.last().map(|r| r.name.clone()).unwrap_or_default(),
     };
     let ctx = Ctx { reg: reg.clone(), rec: rec.clone(), dir: out.clone(), timeout: Duration::from_secs(180) };
@@ -151,6 +162,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         Scenario::Evacuate => evacuate_scenario(&ctx, &pg, &region).await,
         Scenario::Partition => partition_scenario(&ctx, &pg, &region, Duration::from_secs(a.cut_s)).await,
         Scenario::ProcessFaults => process_faults_scenario(&ctx, &pg, &region, &owners, resource.clone(), a.ttl_ms, Duration::from_secs(a.cut_s)).await,
+        Scenario::HolderPauses => holder_pauses_scenario(&ctx, &pg, &owners, resource.clone(), a.ttl_ms, a.pauses, a.seed).await,
     };
     if let Err(e) = &scenario {
         println!("scenario failed: {e}");
@@ -174,6 +186,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         Scenario::Evacuate => format!("Drill: evacuate {region} under a fenced workload"),
         Scenario::Partition => format!("Drill: {region} cut off, its shards failed over, a cell leader killed"),
         Scenario::ProcessFaults => format!("Drill: a holder and a leader SIGSTOPped, {region} killed and restarted"),
+        Scenario::HolderPauses => format!("Drill: a lock holder SIGSTOPped {} times around its TTL (seed {})", a.pauses, a.seed),
     };
     let check = report(&out, &title, &rec.history())?;
     scenario?;
@@ -404,5 +417,65 @@ async fn process_faults_scenario(
     let cell = pg.region(region)?.cells.first().ok_or("the region has no cell")?.cell.clone();
     faults::leader(&Playground::load(&pg.data_dir)?, &cell).await?;
     println!("{region} restarted; {cell} has a leader again");
+    Ok(())
+}
+
+/// `pauses` times: the current holder of one lock is SIGSTOPped for a random time in
+/// [TTL/2, 3 TTL/2) (the first pause: 2 TTL, so every run has a zombie), while the next
+/// holder process waits for the lock and writes as soon as it has it; then the stopped
+/// one resumes, writes with its old token, and is killed. A pause shorter than the
+/// lease leaves the first holder the holder (its write is legitimate); a longer one
+/// lets the next holder in first, and the late write must be refused by the fence.
+async fn holder_pauses_scenario(
+    ctx: &Ctx,
+    pg: &Playground,
+    owners: &Owners,
+    resource: Arc<Resource>,
+    ttl_ms: u64,
+    pauses: u32,
+    seed: u64,
+) -> Result<(), String> {
+    let rec = &ctx.rec;
+    let ledger = holder::serve(resource).await?;
+    let gw = pg.regions[0].gateway.grpc.clone();
+    let spec = HolderSpec { gateway: &gw, ledger: &ledger, ns: NS, shard: "s0", lock: "s0-pauses", ttl_ms, tls: &pg.tls };
+    println!("holder pauses: {pauses}, seed {seed}");
+    let mut rng = seed;
+    let mut a = Holder::start(rec.clone(), owners, &spec, Duration::from_secs(30)).await?;
+    let (mut accepted_late, mut refused_late) = (0, 0);
+    for i in 0..pauses {
+        a.write(&format!("{i}:before")).await;
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let pause = Duration::from_millis(if i == 0 { 2 * ttl_ms } else { ttl_ms / 2 + (rng >> 33) % ttl_ms });
+        rec.record(EventKind::FaultInjected { kind: FaultKind::PauseHolder, target: format!("holder pid {}, {} ms", a.pid, pause.as_millis()) });
+        faults::signal("STOP", a.pid)?;
+        // A stopped process renews nothing: its session may expire from now on.
+        rec.record(EventKind::SessionExpired { session: a.session.clone(), at_ms: rec.ms() });
+        let next = async {
+            let mut b = Holder::start(rec.clone(), owners, &spec, pause + Duration::from_millis(4 * ttl_ms) + Duration::from_secs(10)).await?;
+            b.write(&format!("{i}:next")).await;
+            Ok::<_, String>(b)
+        };
+        let mut stopped = a;
+        let zombie = async move {
+            tokio::time::sleep(pause).await;
+            let resumed = faults::signal("CONT", stopped.pid);
+            rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: format!("holder pid {}", stopped.pid) });
+            let late = stopped.write(&format!("{i}:late")).await;
+            // Killed after its late write: the next holder gets the lock at the
+            // latest when this session's lease runs out.
+            stopped.kill().await;
+            resumed.map(|()| late)
+        };
+        let (b, late) = tokio::join!(next, zombie);
+        match late? {
+            Some(true) => accepted_late += 1,
+            Some(false) => refused_late += 1,
+            None => {}
+        }
+        a = b?;
+    }
+    a.kill().await;
+    println!("late writes after a pause: {accepted_late} accepted (still the holder), {refused_late} refused by the fence");
     Ok(())
 }

@@ -149,16 +149,13 @@ fn is_root() -> bool {
 }
 
 /// May test `name`, which needs root for `why`, run here? Not as root it is skipped
-/// with a printed reason — unless `HOLDFAST_ROOT_TESTS=required` (CI sets it), where a
+/// with a printed reason — unless `CI_REQUIRE_ROOT=1` (CI sets it), where a
 /// skip would hide a test that never ran: then it fails.
 pub fn needs_root(name: &str, why: &str) -> bool {
     if is_root() {
         return true;
     }
-    assert!(
-        std::env::var("HOLDFAST_ROOT_TESTS").as_deref() != Ok("required"),
-        "{name} needs root ({why}) and HOLDFAST_ROOT_TESTS=required: run the suite as root"
-    );
+    assert!(std::env::var("CI_REQUIRE_ROOT").as_deref() != Ok("1"), "{name} needs root ({why}) and CI_REQUIRE_ROOT=1: run the suite as root");
     eprintln!("SKIPPED {name}: not root ({why})");
     false
 }
