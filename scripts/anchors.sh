@@ -1,7 +1,19 @@
 # Sourced by scripts/bench.sh and scripts/failover.sh: the anchor (a 3-member etcd
 # cluster, Debian's etcd-server) and holdfast playgrounds, started on loopback under
-# "$work", their pids appended to "pids". Both scripts measure the two side by side,
-# in the same run, on this machine.
+# "$work", their pids appended to "pids", all stopped and removed on exit. Both scripts
+# measure the two side by side, in the same run, on this machine.
+
+# A scratch directory "$work" and the list "pids" of everything started in it: on exit
+# every process is asked to stop (TERM, then KILL 3 s later) and the directory goes.
+work="$(mktemp -d /tmp/holdfast-anchors.XXXXXX)"
+pids=()
+anchors_cleanup() {
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    sleep 3
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap anchors_cleanup EXIT
 
 # Installs etcd, etcdctl and protoc (the etcd client's build dependency) if missing.
 anchors_install() {
@@ -13,6 +25,14 @@ anchors_install() {
     if [ ${#need[@]} -gt 0 ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
     fi
+}
+
+# Optimized builds of both sides' clients and of the holdfast server (the `perf`
+# profile is release without debug info; its RocksDB build takes 15-20 min once);
+# sets "bin" to where they are.
+anchors_build() {
+    cargo build --profile perf --locked -p holdfast -p holdfast-bench --features holdfast-bench/etcd
+    bin="$CARGO_TARGET_DIR/perf"
 }
 
 etcd_initial="e1=http://127.0.0.1:21380,e2=http://127.0.0.1:22380,e3=http://127.0.0.1:23380"

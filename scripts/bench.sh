@@ -13,23 +13,10 @@ source scripts/env.sh
 secs="${BENCH_SECONDS:-10}"
 out="bench/results/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
-work="$(mktemp -d /tmp/holdfast-bench.XXXXXX)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 3
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
 
 source scripts/anchors.sh
 anchors_install
-
-# Optimized builds of both sides' clients and of the holdfast server (the `perf`
-# profile is release without debug info; its RocksDB build takes 15-20 min once).
-cargo build --profile perf --locked -p holdfast -p holdfast-bench --features holdfast-bench/etcd
-bin="$CARGO_TARGET_DIR/perf"
+anchors_build
 
 start_etcd
 

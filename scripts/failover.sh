@@ -15,20 +15,10 @@ source scripts/env.sh
 kills="${KILLS:-5}"
 out="bench/results/failover-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
-work="$(mktemp -d /tmp/holdfast-failover.XXXXXX)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 3
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
 
 source scripts/anchors.sh
 anchors_install
-cargo build --profile perf --locked -p holdfast -p holdfast-bench --features holdfast-bench/etcd
-bin="$CARGO_TARGET_DIR/perf"
+anchors_build
 
 start_etcd
 start_holdfast holdfast 7400

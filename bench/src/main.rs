@@ -79,12 +79,23 @@ struct FailoverArgs {
     /// Gaps at least this long are listed one by one.
     #[arg(long, default_value_t = 250)]
     list_gaps_ms: u64,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Where a run goes, beyond the endpoints.
+#[derive(Debug, clap::Args)]
+struct Target {
+    /// holdfast: namespace and shard.
     #[arg(long, default_value = "bench")]
     ns: String,
     #[arg(long, default_value = "default")]
     shard: String,
+    /// A label for the run (which path: gateway, cell).
     #[arg(long, default_value = "")]
     label: String,
+    /// holdfast: the playground's certificates (root's client certificate); unset:
+    /// plaintext, for a playground run --insecure.
     #[arg(long)]
     certs_dir: Option<std::path::PathBuf>,
 }
@@ -135,15 +146,15 @@ async fn failover_loop<L: Locker>(mut l: L, a: &FailoverArgs) -> FailoverReport 
             gaps.push(((w[1] - start).as_secs_f64(), gap));
         }
     }
-    FailoverReport { system: a.system, label: a.label.clone(), seconds: a.seconds as f64, grants: grants.len(), errors, max_gap_ms: max_gap, gaps }
+    FailoverReport { system: a.system, label: a.target.label.clone(), seconds: a.seconds as f64, grants: grants.len(), errors, max_gap_ms: max_gap, gaps }
 }
 
 async fn failover(a: FailoverArgs) -> Result<(), String> {
     let endpoints: Vec<String> = a.endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect();
     let report = match a.system {
         System::Holdfast => {
-            let security = holdfast_lock::security(a.certs_dir.as_deref())?;
-            failover_loop(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.ns, &a.shard).await?, &a).await
+            let security = holdfast_lock::security(a.target.certs_dir.as_deref())?;
+            failover_loop(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.target.ns, &a.target.shard).await?, &a).await
         }
         #[cfg(feature = "etcd")]
         System::Etcd => failover_loop(etcd_lock::EtcdLocker::connect(&endpoints, Some(Duration::from_secs(1))).await?, &a).await,
@@ -169,18 +180,8 @@ struct Args {
     /// Measured seconds (after a one-second warm-up).
     #[arg(long, default_value_t = 10)]
     seconds: u64,
-    /// holdfast: namespace and shard.
-    #[arg(long, default_value = "bench")]
-    ns: String,
-    #[arg(long, default_value = "default")]
-    shard: String,
-    /// A label for the run (which path: gateway, cell).
-    #[arg(long, default_value = "")]
-    label: String,
-    /// holdfast: the playground's certificates (root's client certificate); unset:
-    /// plaintext, for a playground run --insecure.
-    #[arg(long)]
-    certs_dir: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    target: Target,
 }
 
 /// One client's lock operations, whatever the system.
@@ -279,7 +280,7 @@ async fn run<L: Locker + 'static>(lockers: Vec<L>, a: &Args) -> Report {
     Report {
         system: a.system,
         workload,
-        label: a.label.clone(),
+        label: a.target.label.clone(),
         clients,
         seconds: a.seconds as f64,
         ops_per_s: n as f64 / a.seconds as f64,
@@ -305,10 +306,10 @@ async fn main() -> Result<(), String> {
     let endpoints: Vec<String> = a.endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect();
     let report = match a.system {
         System::Holdfast => {
-            let security = holdfast_lock::security(a.certs_dir.as_deref())?;
+            let security = holdfast_lock::security(a.target.certs_dir.as_deref())?;
             let mut ls = Vec::new();
             for _ in 0..clients {
-                ls.push(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.ns, &a.shard).await?);
+                ls.push(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.target.ns, &a.target.shard).await?);
             }
             run(ls, &a).await
         }

@@ -564,12 +564,9 @@ mod tests {
         assert!(expired_at - t0 <= TTL + 2 * CP + election, "{:?}", expired_at - t0);
     }
 
-    #[test]
-    fn max_hold_lock_delay_and_wait_timers() {
-        let t0 = Instant::now();
-        let mut st = state_with_sessions(1_000, Some(2_000));
-        let mut clock = LeaseClock::on_election(t0, &st, CP, &CheckpointArrivals::default());
-        let acquire = |s: u64, wait| Command::Acquire {
+    /// Session `s` acquires lock `l` (request id `r`), waiting or not.
+    fn acquire_l(s: u64, wait: bool) -> Command {
+        Command::Acquire {
             shard: key(),
             epoch: None,
             name: LockName::new("l").unwrap(),
@@ -578,10 +575,17 @@ mod tests {
             request_id: RequestId::new("r").unwrap(),
             value: vec![],
             wait,
-        };
-        let a = commit(&mut st, &mut clock, t0, acquire(1, false));
+        }
+    }
+
+    #[test]
+    fn max_hold_lock_delay_and_wait_timers() {
+        let t0 = Instant::now();
+        let mut st = state_with_sessions(1_000, Some(2_000));
+        let mut clock = LeaseClock::on_election(t0, &st, CP, &CheckpointArrivals::default());
+        let a = commit(&mut st, &mut clock, t0, acquire_l(1, false));
         let Ok(holdfast_cell_state::Outcome::Granted { token }) = a.result else { panic!() };
-        commit(&mut st, &mut clock, t0, acquire(2, true));
+        commit(&mut st, &mut clock, t0, acquire_l(2, true));
         clock.track_wait(SessionId(2), RequestId::new("r").unwrap(), t0 + Duration::from_millis(10_000));
         let end = Command::EndHold { shard: key(), name: LockName::new("l").unwrap(), token };
         assert!(!clock.due(t0 + Duration::from_millis(1_999)).contains(&end));
@@ -607,18 +611,8 @@ mod tests {
         let t0 = Instant::now();
         let mut st = state_with_sessions(1_000, None);
         let mut clock = LeaseClock::on_election(t0, &st, CP, &CheckpointArrivals::default());
-        let acquire = |s: u64, wait| Command::Acquire {
-            shard: key(),
-            epoch: None,
-            name: LockName::new("l").unwrap(),
-            session: SessionId(s),
-            mode: Mode::Exclusive,
-            request_id: RequestId::new("r").unwrap(),
-            value: vec![],
-            wait,
-        };
-        commit(&mut st, &mut clock, t0, acquire(1, false));
-        commit(&mut st, &mut clock, t0, acquire(2, true));
+        commit(&mut st, &mut clock, t0, acquire_l(1, false));
+        commit(&mut st, &mut clock, t0, acquire_l(2, true));
         // No track_wait: the call was dropped.
         let cancel = Command::CancelWait { session: SessionId(2), request_id: RequestId::new("r").unwrap() };
         let ttl = clock.sessions[&SessionId(2)].ttl;

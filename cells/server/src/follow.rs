@@ -21,6 +21,8 @@ use tracing::{info, warn};
 
 /// Retry pace while the registry does not answer.
 const RETRY: Duration = Duration::from_millis(200);
+/// The pause before reporting an adoption the registry has not recorded yet.
+const UNRECORDED_PAUSE: Duration = Duration::from_millis(20);
 
 /// The cell's client of the registry: its configured endpoints only
 /// ([`Hints::Members`]), the one that answered last first.
@@ -75,8 +77,9 @@ pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, shut
         while cell.group.leader_in_term(term).is_some() && !shutdown.is_cancelled() {
             let pause = match follow_once(&cell, &mut link, term).await {
                 // An adoption the registry has not recorded holds this cell's grants
-                // back: report it at once rather than in lease/3.
-                Ok(Renewed { unrecorded: true, .. }) => Duration::ZERO,
+                // back: report it almost at once rather than in lease/3 (not at once:
+                // a registry that keeps refusing the record must not get a hot loop).
+                Ok(Renewed { unrecorded: true, .. }) => UNRECORDED_PAUSE,
                 Ok(Renewed { lease, .. }) => lease / 3,
                 Err(e) => {
                     warn!(error = %e, "ownership renewal failed; the cell stops granting when its lease runs out");
