@@ -4,6 +4,8 @@
 
 mod common;
 
+use holdfast_drills::record::Recorder;
+
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::raft::v1 as rpb;
@@ -526,36 +528,14 @@ async fn a_leader_stopped_by_sigterm_hands_over_first_and_loses_no_acknowledged_
     }
 }
 
-/// A shared drill history of real calls, with the time since the test began.
-struct Recorder {
-    started: Instant,
-    history: std::sync::Mutex<holdfast_drills::history::History>,
-}
-
-impl Recorder {
-    fn push(&self, kind: holdfast_drills::history::EventKind) {
-        let mut h = self.history.lock().unwrap();
-        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-        let t = self.started.elapsed().as_millis() as u64;
-        let t = t.max(h.end_ms());
-        h.push(t, wall, kind);
-    }
-}
-
 /// One session's acquire/release cycles on a few names, each call recorded as an
 /// operation: a definite answer, or unknown (then the same request id is sent again,
 /// to whichever node answers, until it gets a definite one).
-async fn cycles(
-    rec: std::sync::Arc<Recorder>,
-    clients: Vec<LockServiceClient<Channel>>,
-    s: u64,
-    until: Instant,
-    next_op: std::sync::Arc<std::sync::atomic::AtomicU64>,
-) -> usize {
+async fn cycles(rec: std::sync::Arc<Recorder>, clients: Vec<LockServiceClient<Channel>>, s: u64, until: Instant) -> usize {
     use holdfast_core::{CellId, LockName, NamespaceName, RegionId, SessionId};
-    use holdfast_drills::history::{EventKind as K, LockKey, OpId, SessionRef};
+    use holdfast_drills::history::{EventKind as K, LockKey, SessionRef};
     let session = SessionRef { cell: CellId::new("cell-1").unwrap(), id: SessionId(s) };
-    let op = || OpId(next_op.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let op = || rec.op();
     let mut at = 0usize;
     let mut granted = 0;
     let mut round = 0u64;
@@ -567,23 +547,23 @@ async fn cycles(
         // --- acquire, the same request id until a definite answer
         let token = loop {
             let id = op();
-            rec.push(K::GrantInvoked { op: id, lock: lock.clone(), session: session.clone() });
+            rec.record(K::GrantInvoked { op: id, lock: lock.clone(), session: session.clone() });
             let mut c = clients[at].clone();
             match tokio::time::timeout(Duration::from_secs(2), c.acquire(acquire_req(s, name, &rid, 0))).await {
                 Ok(Ok(r)) => {
                     let token = holdfast_core::FencingToken(r.into_inner().token);
                     let (region, cell) = (RegionId::new("local").unwrap(), CellId::new("cell-1").unwrap());
-                    rec.push(K::GrantOk { op: id, lock: lock.clone(), session: session.clone(), token, region, cell });
+                    rec.record(K::GrantOk { op: id, lock: lock.clone(), session: session.clone(), token, region, cell });
                     granted += 1;
                     break Some(token);
                 }
                 Ok(Err(e)) if ["LOCK_HELD", "NOT_LEADER"].contains(&code(&e).as_str()) => {
-                    rec.push(K::GrantFailed { op: id, code: code(&e) });
+                    rec.record(K::GrantFailed { op: id, code: code(&e) });
                     if code(&e) == "LOCK_HELD" {
                         break None;
                     }
                 }
-                _ => rec.push(K::GrantUnknown { op: id }),
+                _ => rec.record(K::GrantUnknown { op: id }),
             }
             at = (at + 1) % clients.len();
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -592,20 +572,20 @@ async fn cycles(
         // --- release it, again until a definite answer
         loop {
             let id = op();
-            rec.push(K::ReleaseInvoked { op: id, lock: lock.clone(), session: session.clone(), token });
+            rec.record(K::ReleaseInvoked { op: id, lock: lock.clone(), session: session.clone(), token });
             let mut c = clients[at].clone();
             match tokio::time::timeout(Duration::from_secs(2), c.release(pb::ReleaseRequest { shard: shard(), name: name.into(), token: token.0 })).await {
                 Ok(Ok(_)) => {
-                    rec.push(K::ReleaseOk { op: id });
+                    rec.record(K::ReleaseOk { op: id });
                     break;
                 }
                 // Released by an earlier attempt whose answer was lost.
                 Ok(Err(e)) if code(&e) == "NOT_HOLDER" => {
-                    rec.push(K::ReleaseFailed { op: id, code: code(&e) });
+                    rec.record(K::ReleaseFailed { op: id, code: code(&e) });
                     break;
                 }
-                Ok(Err(e)) if code(&e) == "NOT_LEADER" => rec.push(K::ReleaseFailed { op: id, code: code(&e) }),
-                _ => rec.push(K::ReleaseUnknown { op: id }),
+                Ok(Err(e)) if code(&e) == "NOT_LEADER" => rec.record(K::ReleaseFailed { op: id, code: code(&e) }),
+                _ => rec.record(K::ReleaseUnknown { op: id }),
             }
             at = (at + 1) % clients.len();
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -649,10 +629,9 @@ async fn kill_9_cycles_lose_no_acknowledged_grant_and_tokens_only_grow() {
             }
         })
     };
-    let rec = std::sync::Arc::new(Recorder { started: Instant::now(), history: Default::default() });
+    let rec = Recorder::create(&cell.dir.path().join("kill9-history.jsonl")).unwrap();
     let until = Instant::now() + Duration::from_secs(secs);
-    let next_op = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
-    let workers: Vec<_> = sessions.iter().map(|s| tokio::spawn(cycles(rec.clone(), clients.clone(), *s, until, next_op.clone()))).collect();
+    let workers: Vec<_> = sessions.iter().map(|s| tokio::spawn(cycles(rec.clone(), clients.clone(), *s, until))).collect();
 
     // --- every 3 s, SIGKILL a node picked by the seed; restart it 1 s later
     let mut rng = seed;
@@ -660,7 +639,7 @@ async fn kill_9_cycles_lose_no_acknowledged_grant_and_tokens_only_grow() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let victim = 1 + (rng >> 33) % 3;
-        rec.push(K::FaultInjected { kind: FaultKind::KillNode, target: format!("node-{victim}") });
+        rec.record(K::FaultInjected { kind: FaultKind::KillNode, target: format!("node-{victim}") });
         cell.kill_and_restart_after(victim, Duration::from_secs(1)).await;
     }
     let mut granted = 0;
@@ -673,7 +652,7 @@ async fn kill_9_cycles_lose_no_acknowledged_grant_and_tokens_only_grow() {
     let (leader, _) = cell.leader_among(&[1, 2, 3]).await;
     let mut c = cell.client(leader).await;
     for name in ["a", "b", "c"] {
-        let since = rec.started.elapsed().as_millis() as u64;
+        let since = rec.ms();
         let d = until_ok("describe", || {
             let mut c = c.clone();
             async move { c.describe(pb::DescribeRequest { shard: shard(), name: name.into() }).await }
@@ -682,10 +661,10 @@ async fn kill_9_cycles_lose_no_acknowledged_grant_and_tokens_only_grow() {
         .into_inner();
         let lock = LockKey { ns: holdfast_core::NamespaceName::new("pay").unwrap(), name: holdfast_core::LockName::new(name).unwrap() };
         let holders = d.holders.iter().map(|h| holdfast_core::FencingToken(h.token)).collect();
-        rec.push(K::HolderObserved { lock, since_ms: since, epoch: holdfast_core::Epoch(1), holders });
+        rec.record(K::HolderObserved { lock, since_ms: since, epoch: holdfast_core::Epoch(1), holders });
     }
     let _ = &mut c;
-    let history = rec.history.lock().unwrap().clone();
+    let history = rec.history();
     let report = holdfast_drills::checker::check(&history);
     eprintln!("{granted} grants acknowledged, {} history lines", history.events.len());
     assert!(report.is_clean(), "seed {seed}: {:#?}\n{:#?}", report.violations, report.malformed);

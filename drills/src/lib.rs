@@ -19,4 +19,5 @@ pub mod checker;
 pub mod evacuation;
 pub mod history;
 pub mod plan;
+pub mod record;
 pub mod report;

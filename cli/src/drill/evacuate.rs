@@ -11,13 +11,13 @@
 //! again on an abort or before a rollback.
 
 use super::playground::{channel, Playground, Reg};
-use super::record::Recorder;
 use clap::Args;
 use holdfast_core::ErrorCode;
 use holdfast_core::{CellId, Epoch, NamespaceName, RegionId, ShardName};
 use holdfast_drills::evacuation::{verify_owners, Action, Evacuation, Input, OwnerView, Phase, ShardState};
 use holdfast_drills::history::EventKind;
 use holdfast_drills::plan::{self, CellInfo, Plan, PlanKind, PlanRequest, RegionInfo, RegionState, ShardPlacement};
+use holdfast_drills::record::Recorder;
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
 use holdfast_proto::raft::v1 as raftpb;

@@ -5,7 +5,6 @@
 //! wakes up would. The drill records every step of it in the history.
 
 use super::observe::Owners;
-use super::record::Recorder;
 use super::resource::Resource;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -13,6 +12,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use holdfast_core::{CellId, FencingToken, LockName, NamespaceName, RegionId, SessionId, ShardKey, ShardName};
 use holdfast_drills::history::{EventKind, LockKey, SessionRef};
+use holdfast_drills::record::Recorder;
 use serde_json::{json, Value};
 use std::process::Stdio;
 use std::sync::Arc;

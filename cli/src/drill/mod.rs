@@ -20,7 +20,6 @@ mod faults;
 mod holder;
 mod observe;
 mod playground;
-mod record;
 mod resource;
 mod run;
 mod workload;

@@ -8,9 +8,9 @@
 //!   serving one shard at one epoch.
 
 use super::playground::{channel, Playground, Reg};
-use super::record::Recorder;
 use holdfast_core::{CellId, Epoch, FencingToken, LockName, NamespaceName, ShardName};
 use holdfast_drills::history::{EventKind, LockKey};
+use holdfast_drills::record::Recorder;
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
 use holdfast_proto::lock::v1 as pb;

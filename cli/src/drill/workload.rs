@@ -9,11 +9,11 @@
 //! refuse (and what a planted unfenced resource lets through).
 
 use super::observe::Owners;
-use super::record::Recorder;
 use super::resource::Resource;
 use holdfast_client::{AcquireOptions, Client, Error, LossReason, Session, SessionOptions};
 use holdfast_core::{CellId, EndReason, ErrorCode, FencingToken, LockName, NamespaceName, RegionId};
 use holdfast_drills::history::{EventKind, LockKey, SessionRef};
+use holdfast_drills::record::Recorder;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

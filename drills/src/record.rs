@@ -2,16 +2,22 @@
 //!
 //! One mutex orders the lines, and the time is read under it, so line order is
 //! real-time order and `t_ms` never decreases (the contract of
-//! `holdfast_drills::history`). A caller records an invocation *before* it sends
+//! `crate::history`). A caller records an invocation *before* it sends
 //! the request and the completion *after* the answer arrived.
 
-use holdfast_drills::history::{Event, EventKind, History, OpId};
+use crate::history::{Event, EventKind, History, OpId};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder").finish_non_exhaustive()
+    }
+}
 
 pub struct Recorder {
     t0: Instant,
@@ -47,7 +53,7 @@ impl Recorder {
         // A line that cannot be written is a lost fact: say so loudly, but keep the
         // in-memory history (the checker reads that one).
         if let Err(err) = serde_json::to_string(&e).map_err(|x| x.to_string()).and_then(|l| writeln!(g.out, "{l}").map_err(|x| x.to_string())) {
-            tracing::error!(%err, "cannot append to the drill history");
+            eprintln!("cannot append to the drill history: {err}");
         }
         g.history.events.push(e);
     }
