@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use openraft::storage::{RaftLogReader, RaftLogStorage};
 use openraft::{LogState, OptionalSend};
-use rocksdb::{Direction, IteratorMode, WriteBatch, DB};
+use rocksdb::{Direction, IteratorMode, WriteBatch};
 use tracing::debug;
 
-use crate::rocks::{cf, decode, encode, io_err, synced, CF_LOGS, CF_META};
+use crate::rocks::{cf, decode, encode, io_err, synced, Db, CF_LOGS, CF_META};
 use crate::types::{Entry, IoFlushed, LogId, TypeConfig, Vote};
 
 const KEY_VOTE: &[u8] = b"vote";
@@ -27,7 +27,7 @@ const KEY_LAST_PURGED: &[u8] = b"last_purged";
 /// through a clone while it appends through the original).
 #[derive(Clone)]
 pub struct LogStore {
-    db: Arc<DB>,
+    db: Arc<Db>,
 }
 
 impl fmt::Debug for LogStore {
@@ -48,7 +48,7 @@ fn index_of_key(k: &[u8]) -> io::Result<u64> {
 
 impl LogStore {
     /// A log store on a database opened with [`crate::rocks::open_db`].
-    pub fn new(db: Arc<DB>) -> Self {
+    pub fn new(db: Arc<Db>) -> Self {
         LogStore { db }
     }
 

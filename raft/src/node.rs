@@ -12,7 +12,6 @@ use std::time::Duration;
 use holdfast_rpc::{auth, Transport};
 use openraft::async_runtime::WatchReceiver;
 use openraft::network::{NetSnapshot, RaftNetworkFactory};
-use rocksdb::DB;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -153,7 +152,7 @@ pub struct RaftNode<S: ReplicatedState> {
     raft: Raft<S>,
     state: StateHandle<S>,
     transport: Transport,
-    db: Weak<DB>,
+    db_closed: Weak<()>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     stop_server: Option<oneshot::Sender<()>>,
 }
@@ -185,7 +184,7 @@ impl<S: ReplicatedState> RaftNode<S> {
         let node = Node::new(raft_addr.to_string(), client_addr);
 
         let db = open_db(&config.data_dir)?;
-        let weak_db = Arc::downgrade(&db);
+        let db_closed = db.closed();
         let log_store = LogStore::new(db.clone());
         let sm = StateMachineStore::open(db, initial)?;
         let state = sm.handle();
@@ -218,7 +217,7 @@ impl<S: ReplicatedState> RaftNode<S> {
             raft,
             state,
             transport: config.transport.clone(),
-            db: weak_db,
+            db_closed,
             server: Some(server),
             stop_server: Some(stop_tx),
         })
@@ -321,10 +320,10 @@ impl<S: ReplicatedState> RaftNode<S> {
             warn!(node_id = self.id, error = %e, "raft shutdown reported an error");
         }
         let id = self.id;
-        let db = self.db.clone();
+        let db_closed = self.db_closed.clone();
         drop(self);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while db.strong_count() > 0 {
+        while db_closed.strong_count() > 0 {
             if tokio::time::Instant::now() > deadline {
                 warn!(node_id = id, "RocksDB still open 10s after shutdown");
                 break;

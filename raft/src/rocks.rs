@@ -5,8 +5,9 @@
 //! `sm` (the latest state-machine snapshot).
 
 use std::io;
+use std::ops::Deref;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, Options, WriteOptions, DB};
 use serde::de::DeserializeOwned;
@@ -43,11 +44,39 @@ pub fn db_options() -> Options {
     opts
 }
 
+/// A node's open database. It closes when its last handle drops, which may happen on
+/// another thread than the one stopping the node, and closing takes a while (RocksDB
+/// waits for its background work, then releases its LOCK file). A restart in the same
+/// process must wait for the close to *finish*, not only for the last handle to go: the
+/// handle count reaches zero before the close begins, and opening the directory again
+/// in that window fails with "lock hold by current process".
+#[derive(Debug)]
+pub struct Db {
+    db: DB,
+    // Declared after `db`: fields drop in order, so this marker goes only once RocksDB
+    // has closed. `closed()` watches it.
+    open: Arc<()>,
+}
+
+impl Db {
+    /// Dead (no strong count) once the database has closed and released its directory.
+    pub fn closed(&self) -> Weak<()> {
+        Arc::downgrade(&self.open)
+    }
+}
+
+impl Deref for Db {
+    type Target = DB;
+    fn deref(&self) -> &DB {
+        &self.db
+    }
+}
+
 /// Opens (or creates) the node's database under `dir`.
-pub fn open_db(dir: &Path) -> Result<Arc<DB>, rocksdb::Error> {
+pub fn open_db(dir: &Path) -> Result<Arc<Db>, rocksdb::Error> {
     let opts = db_options();
     let cfs = [CF_LOGS, CF_META, CF_SM].map(|name| ColumnFamilyDescriptor::new(name, db_options()));
-    Ok(Arc::new(DB::open_cf_descriptors(&opts, dir, cfs)?))
+    Ok(Arc::new(Db { db: DB::open_cf_descriptors(&opts, dir, cfs)?, open: Arc::new(()) }))
 }
 
 /// Write options for everything that openraft is told is durable: synced to disk.

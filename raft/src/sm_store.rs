@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, info};
 
-use crate::rocks::{cf, decode, encode, io_err, synced, CF_SM};
+use crate::rocks::{cf, decode, encode, io_err, synced, Db, CF_SM};
 use crate::types::{EntryPayload, EntryResponder, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 
 const KEY_SNAPSHOT: &[u8] = b"snapshot";
@@ -126,7 +126,7 @@ struct StoredSnapshot {
 
 /// openraft's state machine over the application state `S`.
 pub struct StateMachineStore<S> {
-    db: Arc<DB>,
+    db: Arc<Db>,
     state: Arc<RwLock<S>>,
     applied_tx: watch::Sender<Option<u64>>,
     last_applied: Option<LogId>,
@@ -144,7 +144,7 @@ impl<S> fmt::Debug for StateMachineStore<S> {
 impl<S: ReplicatedState> StateMachineStore<S> {
     /// Opens the state machine on `db`, starting from `initial` (the empty state) and
     /// restoring the persisted snapshot if there is one.
-    pub fn open(db: Arc<DB>, mut initial: S) -> io::Result<Self> {
+    pub fn open(db: Arc<Db>, mut initial: S) -> io::Result<Self> {
         let stored = read_snapshot(&db)?;
         let (last_applied, last_membership) = match &stored {
             Some(s) => {
@@ -190,7 +190,7 @@ fn persist_snapshot(db: &DB, guard: &Mutex<()>, snap: &StoredSnapshot) -> io::Re
 
 /// Builds a snapshot from the state captured when openraft asked for a builder.
 pub struct SnapshotBuilder {
-    db: Arc<DB>,
+    db: Arc<Db>,
     snapshot_write: Arc<Mutex<()>>,
     meta: SnapshotMeta,
     data: SnapshotData,
