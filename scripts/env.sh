@@ -2,3 +2,7 @@
 # second clone (or CI run) does not rebuild RocksDB's C++ (10-20 minutes on 2 cores).
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/holdfast/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# Terraform (scripts/setup.sh installs it there): the Terraform checks and the
+# deployment test (cli/tests/deploy.rs) run it.
+export TERRAFORM_VENV="${TERRAFORM_VENV:-$HOME/.cache/holdfast/terraform}"
+export TERRAFORM_BIN="${TERRAFORM_BIN:-$TERRAFORM_VENV/bin/terraform}"

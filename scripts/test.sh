@@ -42,5 +42,8 @@ cargo fmt --all --check
 # librocksdb-sys's build script skip the 15-minute compile on a fresh machine.
 ROCKSDB_LIB_DIR=/nonexistent-check-only cargo clippy --locked --workspace --all-targets -- -D warnings
 
+# terraform/: formatted, the modules applied offline, the Kubernetes objects checked.
+scripts/terraform-check.sh
+
 cargo test --workspace --locked -- --test-threads=2
 scripts/check-safety-tests.sh

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The Terraform checks of CI (docs/deploy.md): formatting of every file; init,
+# validate and apply of modules/topology and modules/kubernetes with the three-region
+# example's inputs, offline (neither declares a provider); and the rendered
+# Kubernetes objects checked (terraform/tests/check_manifests.py). The example root
+# itself needs the kubernetes provider, which cannot be fetched here: it is only
+# formatted; every object it applies is what modules/kubernetes renders.
+# The single-host deployment test (cli/tests/deploy.rs) starts what topology renders.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+tf="${TERRAFORM_BIN:?scripts/setup.sh installs terraform and scripts/env.sh names it}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Terraform's working files go to the scratch dir, never into the repo.
+export TF_DATA_DIR="$work/data" TF_IN_AUTOMATION=1 TF_INPUT=0 CHECKPOINT_DISABLE=1
+
+"$tf" fmt -check -recursive -diff terraform
+example=$PWD/terraform/examples/three-regions/topology.tfvars.json
+for module in topology kubernetes; do
+  dir=terraform/modules/$module
+  rm -rf "$TF_DATA_DIR"
+  "$tf" -chdir="$dir" init -backend=false -no-color >/dev/null
+  "$tf" -chdir="$dir" validate -no-color
+  extra=()
+  [ "$module" = kubernetes ] && extra=(-var image=holdfast:ci -var cert_manager_issuer=holdfast-ca)
+  "$tf" -chdir="$dir" apply -auto-approve -no-color -state="$work/$module.tfstate" -var-file="$example" "${extra[@]}" >/dev/null
+  echo "terraform: $module applied"
+done
+"$tf" -chdir=terraform/modules/kubernetes output -no-color -state="$work/kubernetes.tfstate" -json manifests | python3 terraform/tests/check_manifests.py
