@@ -59,11 +59,16 @@ pub enum ErrorCode {
     /// The caller could not be identified: no client certificate and no bearer
     /// token, or a token that is unknown or revoked.
     Unauthenticated,
+    /// What the call creates exists already (a region, a shard placement).
+    AlreadyExists,
+    /// An update made from a stale read: the record changed since the caller read
+    /// it (a namespace's version). Read again, then update.
+    Conflict,
 }
 
 impl ErrorCode {
     /// Every code, for tests and docs.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::NotLeader,
         ErrorCode::LockHeld,
         ErrorCode::Timeout,
@@ -81,6 +86,8 @@ impl ErrorCode {
         ErrorCode::Unavailable,
         ErrorCode::PermissionDenied,
         ErrorCode::Unauthenticated,
+        ErrorCode::AlreadyExists,
+        ErrorCode::Conflict,
     ];
 
     /// The stable string code.
@@ -103,6 +110,8 @@ impl ErrorCode {
             ErrorCode::Unavailable => "UNAVAILABLE",
             ErrorCode::PermissionDenied => "PERMISSION_DENIED",
             ErrorCode::Unauthenticated => "UNAUTHENTICATED",
+            ErrorCode::AlreadyExists => "ALREADY_EXISTS",
+            ErrorCode::Conflict => "CONFLICT",
         }
     }
 
@@ -129,6 +138,8 @@ impl ErrorCode {
             ErrorCode::QuotaExceeded | ErrorCode::RateLimited => GrpcCode::ResourceExhausted,
             ErrorCode::PermissionDenied => GrpcCode::PermissionDenied,
             ErrorCode::Unauthenticated => GrpcCode::Unauthenticated,
+            ErrorCode::AlreadyExists => GrpcCode::AlreadyExists,
+            ErrorCode::Conflict => GrpcCode::Aborted,
         }
     }
 
@@ -143,6 +154,7 @@ impl ErrorCode {
             ErrorCode::QuotaExceeded | ErrorCode::RateLimited => 429,
             ErrorCode::PermissionDenied => 403,
             ErrorCode::Unauthenticated => 401,
+            ErrorCode::AlreadyExists | ErrorCode::Conflict => 409,
         }
     }
 }

@@ -105,7 +105,7 @@ where
             let leader = form_leader(t, &voters).await?;
             match call(registry_client(t, &leader).await?).await {
                 Ok(_) => Ok(()),
-                Err(s) if s.message().contains("already") => Ok(()),
+                Err(s) if holdfast_rpc::status::code_of(&s) == Some(holdfast_core::ErrorCode::AlreadyExists) => Ok(()),
                 Err(s) => Err(s.message().to_owned()),
             }
         };

@@ -53,7 +53,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
             "INVALID_ARGUMENT",
             c.set_region_state(pb::SetRegionStateRequest { region: "mars".into(), state: pb::RegionState::Draining as i32 }).await.map(drop),
         ),
-        ("duplicate namespace", "INVALID_ARGUMENT", c.create_namespace(pb::CreateNamespaceRequest { config: Some(ns_config("pay")) }).await.map(drop)),
+        ("duplicate namespace", "ALREADY_EXISTS", c.create_namespace(pb::CreateNamespaceRequest { config: Some(ns_config("pay")) }).await.map(drop)),
         ("inverted ttl bounds", "INVALID_ARGUMENT", c.create_namespace(pb::CreateNamespaceRequest { config: Some(inverted) }).await.map(drop)),
         (
             "move to an evacuated region",
@@ -70,7 +70,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
         ("malformed name", "INVALID_ARGUMENT", c.create_region(pb::CreateRegionRequest { region: "Not A Name".into() }).await.map(drop)),
         (
             "stale namespace version",
-            "INVALID_ARGUMENT",
+            "CONFLICT",
             c.update_namespace(pb::UpdateNamespaceRequest { config: Some(ns_config("pay")), expected_version: 7 }).await.map(drop),
         ),
         (

@@ -102,11 +102,11 @@ impl RegistryError {
             RegistryError::AlreadyMoving { .. } | RegistryError::AwaitingSeal { .. } => ErrorCode::Moving,
             RegistryError::StaleEpoch { .. } => ErrorCode::StaleEpoch,
             RegistryError::Undecodable(_) => ErrorCode::Unavailable,
+            RegistryError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            RegistryError::VersionConflict { .. } => ErrorCode::Conflict,
             RegistryError::UnknownRegion(_)
             | RegistryError::UnknownCell(_)
-            | RegistryError::AlreadyExists { .. }
             | RegistryError::InvalidConfig(_)
-            | RegistryError::VersionConflict { .. }
             | RegistryError::CellRegionMismatch { .. }
             | RegistryError::BadMembers
             | RegistryError::RegionNotActive { .. }

@@ -184,10 +184,10 @@ fn unknown_region_cell_namespace_shard() {
 #[test]
 fn duplicates_are_refused_as_already_exists() {
     let mut st = world();
-    let e = refused(&mut st, Command::CreateNamespace { config: ns_config("pay") }, ErrorCode::InvalidArgument);
+    let e = refused(&mut st, Command::CreateNamespace { config: ns_config("pay") }, ErrorCode::AlreadyExists);
     assert!(e.to_string().contains("already exists"), "{e}");
-    refused(&mut st, Command::CreateRegion { region: region("east") }, ErrorCode::InvalidArgument);
-    refused(&mut st, Command::PlaceShard { shard: key("pay", "default"), cell: cell("west-1") }, ErrorCode::InvalidArgument);
+    refused(&mut st, Command::CreateRegion { region: region("east") }, ErrorCode::AlreadyExists);
+    refused(&mut st, Command::PlaceShard { shard: key("pay", "default"), cell: cell("west-1") }, ErrorCode::AlreadyExists);
 }
 
 #[test]
@@ -211,7 +211,7 @@ fn namespace_versions_start_at_one_and_updates_need_the_current_version() {
     next.lock_delay_ms = 1_000;
     let a = ok(&mut st, Command::UpdateNamespace { config: next.clone(), expected_version: 1 });
     assert!(matches!(a.result, Ok(Outcome::Namespace { ref config }) if config.version == 2 && config.lock_delay_ms == 1_000));
-    let e = refused(&mut st, Command::UpdateNamespace { config: next, expected_version: 1 }, ErrorCode::InvalidArgument);
+    let e = refused(&mut st, Command::UpdateNamespace { config: next, expected_version: 1 }, ErrorCode::Conflict);
     assert!(e.to_string().contains("version 2"), "{e}");
 }
 
@@ -325,7 +325,7 @@ fn an_audited_command_is_applied_and_recorded_in_one_entry_and_a_refused_one_is_
     assert_eq!(log[before + 1].action, "begin_move");
     // A refused command is not recorded, and changes nothing (the audit log included).
     let dup = Command::Audited { by: "user:ops".into(), cmd: Box::new(Command::CreateRegion { region: region("east") }) };
-    refused(&mut st, dup, ErrorCode::InvalidArgument);
+    refused(&mut st, dup, ErrorCode::AlreadyExists);
     assert_eq!(st.access().audit_after(0, 100).len(), before + 2);
     // Access survives a snapshot, and a version 1 snapshot (none) still loads.
     assert_eq!(RegistryState::restore(&st.snapshot()).unwrap(), st);
