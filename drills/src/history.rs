@@ -53,6 +53,8 @@ pub enum FaultKind {
     Heal,
     /// SIGKILL one node (any, leader or not) and start it again on its data.
     KillNode,
+    /// Replace a voter of a running cell by a new node (a membership change).
+    ReplaceNode,
 }
 
 impl fmt::Display for LockKey {

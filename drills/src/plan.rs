@@ -6,9 +6,15 @@
 //! - every shard homed in the evacuated region moves, to a **healthy** cell of another
 //!   region whose state is **active** (the registry refuses moves into a draining or
 //!   evacuated region);
-//! - a target never takes more keys than its capacity (its current shards count);
-//! - shards are placed largest first, each on the target with the lowest utilization
-//!   after taking it (`keys / capacity`), ties by cell name — load spreads;
+//! - a shard's **load** is `1 + keys + sessions + acquires per second` (every shard
+//!   costs its ownership renewals even when idle; a key is memory, a session is
+//!   renewals, an acquire per second is two Raft writes per second); a cell's load is
+//!   the sum over its shards;
+//! - a target never takes more load than its capacity (its current shards count);
+//! - shards are placed heaviest first, each on the target with the lowest utilization
+//!   after taking it (`load / capacity`), ties by cell name — load spreads, and so do
+//!   idle shards (a thousand empty shards split over the targets, they do not all go
+//!   to the first cell by name);
 //! - waves hold at most `max_wave` moves, in `(namespace, shard)` order;
 //! - the same input always gives the same plan.
 
@@ -17,8 +23,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// The persisted plan format's version.
-pub const PLAN_VERSION: u32 = 1;
+/// The persisted plan format's version (2: loads, not keys alone). A plan of version
+/// 1 still reads: its missing fields are zero.
+pub const PLAN_VERSION: u32 = 2;
 
 /// A region's state in the registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -42,8 +49,10 @@ pub struct CellInfo {
     pub cell: CellId,
     pub region: RegionId,
     pub healthy: bool,
-    /// The most keys (locks) this cell should hold across all its shards.
-    pub capacity_keys: u64,
+    /// The most load this cell should carry across all its shards (see the module's
+    /// rules for what a unit of load is).
+    #[serde(alias = "capacity_keys")]
+    pub capacity: u64,
 }
 
 /// A shard where it is now.
@@ -56,6 +65,19 @@ pub struct ShardPlacement {
     pub epoch: Epoch,
     /// Keys held in the shard now (`lock_namespace_keys`).
     pub keys: u64,
+    /// Sessions created in the shard, live now.
+    #[serde(default)]
+    pub sessions: u64,
+    /// Grants per second, measured just before planning (rounded up).
+    #[serde(default)]
+    pub acquires_per_s: u64,
+}
+
+impl ShardPlacement {
+    /// The shard's load (the module's rules).
+    pub fn load(&self) -> u64 {
+        1 + self.keys + self.sessions + self.acquires_per_s
+    }
 }
 
 /// What to plan.
@@ -78,10 +100,10 @@ pub enum PlanError {
     NothingToMove(RegionId),
     #[error("no healthy cell in another active region can take shards from {0}")]
     NoHealthyTarget(RegionId),
-    #[error("not enough capacity: {needed} keys to move, {available} free on healthy targets; {missing} missing")]
+    #[error("not enough capacity: {needed} load to move, {available} free on healthy targets; {missing} missing")]
     NotEnoughCapacity { needed: u64, available: u64, missing: u64 },
-    #[error("shard {ns}/{shard} has {keys} keys but the most free on one target is {largest_free}; {missing} missing")]
-    ShardDoesNotFit { ns: NamespaceName, shard: ShardName, keys: u64, largest_free: u64, missing: u64 },
+    #[error("shard {ns}/{shard} has a load of {load} but the most free on one target is {largest_free}; {missing} missing")]
+    ShardDoesNotFit { ns: NamespaceName, shard: ShardName, load: u64, largest_free: u64, missing: u64 },
     #[error("the wave size must be at least 1")]
     ZeroWaveSize,
 }
@@ -100,6 +122,9 @@ pub struct Move {
     pub ns: NamespaceName,
     pub shard: ShardName,
     pub keys: u64,
+    /// The shard's load when planned.
+    #[serde(default)]
+    pub load: u64,
     /// The shard's epoch when planned: after the move it is strictly larger.
     pub epoch: Epoch,
     pub from_cell: CellId,
@@ -115,13 +140,20 @@ pub struct Wave {
     pub moves: Vec<Move>,
 }
 
-/// A target cell's keys before and after the plan.
+/// A cell's load and shard count before and after the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CellLoad {
     pub cell: CellId,
-    pub before_keys: u64,
-    pub after_keys: u64,
-    pub capacity_keys: u64,
+    #[serde(alias = "before_keys")]
+    pub before: u64,
+    #[serde(alias = "after_keys")]
+    pub after: u64,
+    #[serde(alias = "capacity_keys")]
+    pub capacity: u64,
+    #[serde(default)]
+    pub shards_before: u64,
+    #[serde(default)]
+    pub shards_after: u64,
 }
 
 /// What moves where, in which wave.
@@ -133,7 +165,7 @@ pub struct Plan {
     pub region: RegionId,
     pub max_wave: usize,
     pub waves: Vec<Wave>,
-    /// Every cell that gains or loses keys.
+    /// Every cell that gains or loses shards.
     pub loads: Vec<CellLoad>,
 }
 
@@ -151,45 +183,51 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         return Err(PlanError::NothingToMove(req.evacuate.clone()));
     }
 
-    // Every cell's current keys, from the shards it owns.
+    // Every cell's current load and shard count, from the shards it owns.
     let mut load: BTreeMap<&CellId, u64> = BTreeMap::new();
+    let mut count: BTreeMap<&CellId, u64> = BTreeMap::new();
     for s in &req.shards {
-        *load.entry(&s.cell).or_default() += s.keys;
+        *load.entry(&s.cell).or_default() += s.load();
+        *count.entry(&s.cell).or_default() += 1;
     }
     let targets: Vec<&CellInfo> =
         req.cells.iter().filter(|c| c.healthy && c.region != req.evacuate && state_of(&c.region) == Some(RegionState::Active)).collect();
     if targets.is_empty() {
         return Err(PlanError::NoHealthyTarget(req.evacuate.clone()));
     }
-    let free = |c: &CellInfo, load: &BTreeMap<&CellId, u64>| c.capacity_keys.saturating_sub(*load.get(&c.cell).unwrap_or(&0));
-    let needed: u64 = to_move.iter().map(|s| s.keys).sum();
+    let free = |c: &CellInfo, load: &BTreeMap<&CellId, u64>| c.capacity.saturating_sub(*load.get(&c.cell).unwrap_or(&0));
+    let needed: u64 = to_move.iter().map(|s| s.load()).sum();
     let available: u64 = targets.iter().map(|c| free(c, &load)).sum();
     if needed > available {
         return Err(PlanError::NotEnoughCapacity { needed, available, missing: needed - available });
     }
 
-    let before = load.clone();
-    // Largest first, then by name: the order decides the packing, so it is total.
-    to_move.sort_by(|a, b| b.keys.cmp(&a.keys).then_with(|| (&a.ns, &a.shard).cmp(&(&b.ns, &b.shard))));
+    let (before, count_before) = (load.clone(), count.clone());
+    // Heaviest first, then by name: the order decides the packing, so it is total.
+    to_move.sort_by(|a, b| b.load().cmp(&a.load()).then_with(|| (&a.ns, &a.shard).cmp(&(&b.ns, &b.shard))));
     let mut moves = Vec::with_capacity(to_move.len());
     for s in to_move {
-        let best = targets.iter().filter(|c| free(c, &load) >= s.keys).min_by(|a, b| {
+        let w = s.load();
+        let best = targets.iter().filter(|c| free(c, &load) >= w).min_by(|a, b| {
             // Utilization after taking the shard, compared without floats:
-            // (la + k) / ca  vs  (lb + k) / cb.
-            let ua = u128::from(load.get(&a.cell).copied().unwrap_or(0) + s.keys) * u128::from(b.capacity_keys);
-            let ub = u128::from(load.get(&b.cell).copied().unwrap_or(0) + s.keys) * u128::from(a.capacity_keys);
+            // (la + w) / ca  vs  (lb + w) / cb.
+            let ua = u128::from(load.get(&a.cell).copied().unwrap_or(0) + w) * u128::from(b.capacity);
+            let ub = u128::from(load.get(&b.cell).copied().unwrap_or(0) + w) * u128::from(a.capacity);
             ua.cmp(&ub).then_with(|| a.cell.cmp(&b.cell))
         });
         let Some(target) = best else {
             let largest_free = targets.iter().map(|c| free(c, &load)).max().unwrap_or(0);
-            return Err(PlanError::ShardDoesNotFit { ns: s.ns.clone(), shard: s.shard.clone(), keys: s.keys, largest_free, missing: s.keys - largest_free });
+            return Err(PlanError::ShardDoesNotFit { ns: s.ns.clone(), shard: s.shard.clone(), load: w, largest_free, missing: w - largest_free });
         };
-        *load.entry(&target.cell).or_default() += s.keys;
-        *load.entry(&s.cell).or_default() -= s.keys;
+        *load.entry(&target.cell).or_default() += w;
+        *load.entry(&s.cell).or_default() -= w;
+        *count.entry(&target.cell).or_default() += 1;
+        *count.entry(&s.cell).or_default() -= 1;
         moves.push(Move {
             ns: s.ns.clone(),
             shard: s.shard.clone(),
             keys: s.keys,
+            load: w,
             epoch: s.epoch,
             from_cell: s.cell.clone(),
             from_region: s.region.clone(),
@@ -199,15 +237,17 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     }
     moves.sort_by(|a, b| (&a.ns, &a.shard).cmp(&(&b.ns, &b.shard)));
 
-    let capacity = |cell: &CellId| req.cells.iter().find(|c| &c.cell == cell).map_or(0, |c| c.capacity_keys);
-    let loads = load
+    let capacity = |cell: &CellId| req.cells.iter().find(|c| &c.cell == cell).map_or(0, |c| c.capacity);
+    let loads = count
         .iter()
-        .filter(|(cell, after)| before.get(*cell) != Some(*after))
-        .map(|(cell, after)| CellLoad {
+        .filter(|(cell, n)| count_before.get(*cell) != Some(*n))
+        .map(|(cell, n)| CellLoad {
             cell: (*cell).clone(),
-            before_keys: before.get(cell).copied().unwrap_or(0),
-            after_keys: *after,
-            capacity_keys: capacity(cell),
+            before: before.get(cell).copied().unwrap_or(0),
+            after: load.get(cell).copied().unwrap_or(0),
+            capacity: capacity(cell),
+            shards_before: count_before.get(cell).copied().unwrap_or(0),
+            shards_after: *n,
         })
         .collect();
     Ok(Plan {
@@ -257,7 +297,11 @@ impl Plan {
             region: self.region.clone(),
             max_wave: self.max_wave,
             waves: into_waves(moves, self.max_wave),
-            loads: self.loads.iter().map(|l| CellLoad { before_keys: l.after_keys, after_keys: l.before_keys, ..l.clone() }).collect(),
+            loads: self
+                .loads
+                .iter()
+                .map(|l| CellLoad { before: l.after, after: l.before, shards_before: l.shards_after, shards_after: l.shards_before, ..l.clone() })
+                .collect(),
         }
     }
 
@@ -278,23 +322,27 @@ impl Plan {
         };
         let shards = self.moves().count();
         let keys: u64 = self.moves().map(|m| m.keys).sum();
+        let load: u64 = self.moves().map(|m| m.load).sum();
         let _ = writeln!(out, "# {what} {}\n", self.region);
-        let _ = writeln!(out, "{shards} shards ({keys} keys) in {} waves of at most {}.\n", self.waves.len(), self.max_wave);
+        let _ = writeln!(out, "{shards} shards ({keys} keys, load {load}) in {} waves of at most {}.\n", self.waves.len(), self.max_wave);
         for w in &self.waves {
             let _ = writeln!(out, "## Wave {}\n", w.index);
-            let _ = writeln!(out, "| shard | keys | epoch | from | to |\n|---|---:|---:|---|---|");
+            let _ = writeln!(out, "| shard | keys | load | epoch | from | to |\n|---|---:|---:|---:|---|---|");
             for m in &w.moves {
                 let _ = writeln!(
                     out,
-                    "| {}/{} | {} | {} | {} ({}) | {} ({}) |",
-                    m.ns, m.shard, m.keys, m.epoch.0, m.from_cell, m.from_region, m.to_cell, m.to_region
+                    "| {}/{} | {} | {} | {} | {} ({}) | {} ({}) |",
+                    m.ns, m.shard, m.keys, m.load, m.epoch.0, m.from_cell, m.from_region, m.to_cell, m.to_region
                 );
             }
             out.push('\n');
         }
-        let _ = writeln!(out, "## Cell load\n\n| cell | keys before | keys after | capacity |\n|---|---:|---:|---:|");
+        let _ = writeln!(
+            out,
+            "## Expected load per cell\n\n| cell | shards before | shards after | load before | load after | capacity |\n|---|---:|---:|---:|---:|---:|"
+        );
         for l in &self.loads {
-            let _ = writeln!(out, "| {} | {} | {} | {} |", l.cell, l.before_keys, l.after_keys, l.capacity_keys);
+            let _ = writeln!(out, "| {} | {} | {} | {} | {} | {} |", l.cell, l.shards_before, l.shards_after, l.before, l.after, l.capacity);
         }
         out
     }
@@ -307,8 +355,8 @@ mod tests {
     fn region(name: &str, state: RegionState) -> RegionInfo {
         RegionInfo { region: RegionId::new(name).unwrap(), state }
     }
-    fn cell(name: &str, region: &str, healthy: bool, capacity_keys: u64) -> CellInfo {
-        CellInfo { cell: CellId::new(name).unwrap(), region: RegionId::new(region).unwrap(), healthy, capacity_keys }
+    fn cell(name: &str, region: &str, healthy: bool, capacity: u64) -> CellInfo {
+        CellInfo { cell: CellId::new(name).unwrap(), region: RegionId::new(region).unwrap(), healthy, capacity }
     }
     fn shard(ns: &str, shard: &str, cell: &str, keys: u64) -> ShardPlacement {
         let region = cell.rsplit_once('-').unwrap().0;
@@ -319,6 +367,8 @@ mod tests {
             cell: CellId::new(cell).unwrap(),
             epoch: Epoch(3),
             keys,
+            sessions: 0,
+            acquires_per_s: 0,
         }
     }
 
@@ -357,13 +407,15 @@ mod tests {
             assert_ne!(m.to_region.as_str(), "eu-west");
             assert_ne!(m.to_cell.as_str(), "us-east-2", "unhealthy cells take nothing");
         }
-        // Capacity: us-east-1 had 500 of 1000; ap-south-1 0 of 1000; 1100 keys to place.
+        // Capacity: us-east-1 carries 501 of 1000 (billing's 500 keys and the shard
+        // itself); ap-south-1 0 of 1000; 1105 load to place (five shards, 1100 keys).
         for l in &p.loads {
-            assert!(l.after_keys <= l.capacity_keys || l.cell.as_str().starts_with("eu-west"), "{l:?}");
+            assert!(l.after <= l.capacity || l.cell.as_str().starts_with("eu-west"), "{l:?}");
         }
-        let after = |c: &str| p.loads.iter().find(|l| l.cell.as_str() == c).unwrap().after_keys;
-        assert_eq!(after("us-east-1") + after("ap-south-1"), 1600);
-        assert_eq!(after("eu-west-1"), 0);
+        let after = |c: &str| p.loads.iter().find(|l| l.cell.as_str() == c).unwrap();
+        assert_eq!(after("us-east-1").after + after("ap-south-1").after, 1606);
+        assert_eq!(after("us-east-1").shards_after + after("ap-south-1").shards_after, 6);
+        assert_eq!((after("eu-west-1").after, after("eu-west-1").shards_after), (0, 0));
         // Least-loaded first: the largest shard goes to the empty ap-south-1.
         let s0 = p.moves().find(|m| m.ns.as_str() == "payments" && m.shard.as_str() == "s0").unwrap();
         assert_eq!(s0.to_cell.as_str(), "ap-south-1");
@@ -417,10 +469,10 @@ mod tests {
     #[test]
     fn not_enough_capacity_says_how_much_is_missing() {
         let mut req = request();
-        req.cells[4].capacity_keys = 300; // ap-south-1; us-east-1 has 500 free
+        req.cells[4].capacity = 300; // ap-south-1; us-east-1 has 499 free
         let err = plan(&req).unwrap_err();
-        assert_eq!(err, PlanError::NotEnoughCapacity { needed: 1100, available: 800, missing: 300 });
-        assert!(err.to_string().contains("300 missing"), "{err}");
+        assert_eq!(err, PlanError::NotEnoughCapacity { needed: 1105, available: 799, missing: 306 });
+        assert!(err.to_string().contains("306 missing"), "{err}");
     }
 
     #[test]
@@ -428,11 +480,11 @@ mod tests {
         let mut req = request();
         req.shards[0].keys = 700;
         req.shards[1].keys = 100;
-        req.cells[4].capacity_keys = 600; // ap-south-1: 600 free
-        req.cells[2].capacity_keys = 1100; // us-east-1: 600 free
-                                           // 700 + 100 + 200 + 100 + 100 = 1200 to move, 1200 free, no cell has 700.
+        req.cells[4].capacity = 606; // ap-south-1: 606 free
+        req.cells[2].capacity = 1107; // us-east-1: 606 free
+                                      // Loads 701 + 101 + 201 + 101 + 101 = 1205 to move, 1212 free, no cell has 701.
         let err = plan(&req).unwrap_err();
-        assert!(matches!(err, PlanError::ShardDoesNotFit { keys: 700, largest_free: 600, missing: 100, .. }), "{err}");
+        assert!(matches!(err, PlanError::ShardDoesNotFit { load: 701, largest_free: 606, missing: 95, .. }), "{err}");
     }
 
     #[test]
@@ -473,6 +525,50 @@ mod tests {
         let md = p.to_markdown();
         assert!(md.starts_with("# Evacuate eu-west"), "{md}");
         assert_eq!(md.matches("## Wave ").count(), 3, "{md}");
-        assert!(md.contains("| payments/s0 | 400 | 3 | eu-west-1 (eu-west) | ap-south-1 (ap-south) |"), "{md}");
+        assert!(md.contains("| payments/s0 | 400 | 401 | 3 | eu-west-1 (eu-west) | ap-south-1 (ap-south) |"), "{md}");
+        assert!(md.contains("| ap-south-1 | 0 | "), "the expected load of every target: {md}");
+    }
+
+    /// Measured on the playground before loads: 1,001 idle shards of region east all
+    /// went to south-1 (the first target by name), none to west-1, because the planner
+    /// weighed keys only. Every shard now weighs at least one.
+    #[test]
+    fn idle_shards_spread_over_the_targets() {
+        let shards = (0..1001).map(|i| shard("bulk", &format!("s{i}"), "east-1", 0)).collect();
+        let req = PlanRequest {
+            shards,
+            cells: vec![cell("east-1", "east", true, 10_000), cell("south-1", "south", true, 10_000), cell("west-1", "west", true, 10_000)],
+            regions: vec![region("east", RegionState::Draining), region("south", RegionState::Active), region("west", RegionState::Active)],
+            evacuate: RegionId::new("east").unwrap(),
+            max_wave: 100,
+        };
+        let p = plan(&req).unwrap();
+        let to = |c: &str| p.moves().filter(|m| m.to_cell.as_str() == c).count();
+        assert_eq!((to("south-1"), to("west-1")), (501, 500));
+        assert_eq!(p.waves.len(), 11);
+    }
+
+    /// Sessions and the acquire rate weigh like keys: two shards without keys, one
+    /// with a thousand sessions and one with 500 grants a second, go to different
+    /// cells, and the busier cell's existing load decides who gets what.
+    #[test]
+    fn sessions_and_acquire_rate_count_as_load() {
+        let mut busy = shard("api", "sessions", "east-1", 0);
+        busy.sessions = 1000;
+        let mut hot = shard("api", "hot", "east-1", 0);
+        hot.acquires_per_s = 500;
+        assert_eq!((busy.load(), hot.load()), (1001, 501));
+        let req = PlanRequest {
+            shards: vec![busy, hot, shard("other", "default", "south-1", 200)],
+            cells: vec![cell("east-1", "east", true, 10_000), cell("south-1", "south", true, 10_000), cell("west-1", "west", true, 10_000)],
+            regions: vec![region("east", RegionState::Draining), region("south", RegionState::Active), region("west", RegionState::Active)],
+            evacuate: RegionId::new("east").unwrap(),
+            max_wave: 10,
+        };
+        let p = plan(&req).unwrap();
+        let target = |shard: &str| p.moves().find(|m| m.shard.as_str() == shard).unwrap().to_cell.to_string();
+        // The heaviest first, to the emptiest: west-1; then the hot one: south-1
+        // (201 + 501) beats west-1 (1001 + 501).
+        assert_eq!((target("sessions").as_str(), target("hot").as_str()), ("west-1", "south-1"));
     }
 }

@@ -20,11 +20,11 @@ fn region_of(cell: &CellId) -> RegionId {
 
 /// Five shards in eu-west, waves of two.
 fn the_plan() -> Plan {
-    let cell = |c: &str, cap| CellInfo { cell: CellId::new(c).unwrap(), region: region_of(&CellId::new(c).unwrap()), healthy: true, capacity_keys: cap };
+    let cell = |c: &str, cap| CellInfo { cell: CellId::new(c).unwrap(), region: region_of(&CellId::new(c).unwrap()), healthy: true, capacity: cap };
     let shard = |ns: &str, s: &str, c: &str, keys| {
         let (ns, shard) = key(ns, s);
         let cell = CellId::new(c).unwrap();
-        ShardPlacement { ns, shard, region: region_of(&cell), cell, epoch: Epoch(4), keys }
+        ShardPlacement { ns, shard, region: region_of(&cell), cell, epoch: Epoch(4), keys, sessions: 0, acquires_per_s: 0 }
     };
     let region = |r: &str, state| RegionInfo { region: RegionId::new(r).unwrap(), state };
     plan(&PlanRequest {

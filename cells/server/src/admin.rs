@@ -93,6 +93,7 @@ impl CellAdmin for CellAdminApi {
                         seq: s.seq.0,
                         sealed: s.sealed,
                         keys: s.keys as u32,
+                        sessions: s.sessions as u32,
                     })
                     .collect(),
                 namespaces: st.namespaces().map(convert::namespace_to).collect(),

@@ -72,6 +72,8 @@ pub struct ShardView {
     pub seq: Seq,
     pub sealed: bool,
     pub keys: usize,
+    /// Live sessions created in this shard.
+    pub sessions: usize,
 }
 
 /// A Watch asked for revisions this cell no longer keeps.
@@ -96,7 +98,18 @@ impl CellState {
     }
 
     pub fn shards(&self) -> impl Iterator<Item = ShardView> + '_ {
-        self.shards.iter().map(|(key, s)| ShardView { key: key.clone(), epoch: s.epoch, seq: s.seq, sealed: s.sealed.is_some(), keys: s.locks.len() })
+        let mut sessions: std::collections::HashMap<&ShardKey, usize> = std::collections::HashMap::new();
+        for s in self.sessions.values() {
+            *sessions.entry(&s.home).or_default() += 1;
+        }
+        self.shards.iter().map(move |(key, s)| ShardView {
+            key: key.clone(),
+            epoch: s.epoch,
+            seq: s.seq,
+            sealed: s.sealed.is_some(),
+            keys: s.locks.len(),
+            sessions: sessions.get(key).copied().unwrap_or(0),
+        })
     }
 
     pub fn describe(&self, key: &ShardKey, name: &LockName) -> Result<LockView, CellError> {

@@ -35,18 +35,26 @@ const HEALTH_GATE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Args)]
 pub struct EvacuateArgs {
-    /// The playground's data directory (its endpoints.json says where the gateways are).
+    /// The deployment's gateways (any regions'; those of the region being emptied may
+    /// be down), comma-separated. With neither this nor --data-dir: the playground's.
+    #[arg(long = "endpoints", visible_alias = "endpoint", env = "HOLDFAST_ENDPOINTS")]
+    pub endpoints: Option<String>,
+    /// A playground's data directory (its endpoints.json says where the gateways are),
+    /// used when --endpoints is not given.
     #[arg(long, env = "HOLDFAST_PLAYGROUND")]
-    pub data_dir: PathBuf,
+    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: crate::remote::ClientTls,
     /// The region to empty (or, with --rollback, to bring shards back to).
     #[arg(long)]
     pub region: String,
     /// The most shard moves in one wave.
     #[arg(long, default_value_t = 2)]
     pub max_wave: usize,
-    /// Keys (locks) a target cell may hold across its shards.
-    #[arg(long, default_value_t = 10_000)]
-    pub capacity_keys: u64,
+    /// The load a target cell may carry across its shards: each shard weighs 1 + its
+    /// keys + its sessions + its grants per second (docs/drills.md, "The plan").
+    #[arg(long, visible_alias = "capacity-keys", default_value_t = 10_000)]
+    pub capacity: u64,
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -58,7 +66,9 @@ pub struct EvacuateArgs {
     /// is not at its home cell).
     #[arg(long, conflicts_with = "dry_run")]
     pub rollback: bool,
-    /// Plan, progress, history and report (default: <data-dir>/drills/evacuate-<region>).
+    /// Plan, progress, history and report; a second run with the same one resumes
+    /// (default: <data-dir>/drills/evacuate-<region> for a playground,
+    /// ~/.holdfast/drills/evacuate-<region> for --endpoints).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
     /// Give up (and abort) after this many seconds.
@@ -67,17 +77,28 @@ pub struct EvacuateArgs {
 }
 
 pub async fn run(a: EvacuateArgs) -> Result<(), String> {
-    let pg = Playground::load(&a.data_dir)?;
-    let dir = a.state_dir.clone().unwrap_or_else(|| a.data_dir.join("drills").join(format!("evacuate-{}", a.region)));
+    let (reg, default_dir) = match (&a.endpoints, &a.data_dir) {
+        (Some(endpoints), _) => {
+            // The first use sets how this process calls the deployment (the drill's
+            // other calls, to cells' nodes, go the same way).
+            crate::remote::transport(&a.tls)?;
+            let home = std::env::var_os("HOME").map(PathBuf::from).ok_or("HOME is not set: pass --state-dir")?;
+            (Reg::new(crate::remote::endpoint_list(endpoints)?), home.join(".holdfast/drills"))
+        }
+        (None, Some(data_dir)) => (Playground::load(data_dir)?.registry(), data_dir.join("drills")),
+        (None, None) => return Err("which deployment? pass --endpoints (gateways), or --data-dir for a playground (HOLDFAST_PLAYGROUND)".into()),
+    };
+    let dir = a.state_dir.clone().unwrap_or_else(|| default_dir.join(format!("evacuate-{}", a.region)));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    println!("state: {}", dir.display());
     let rec = Recorder::create(&dir.join(format!("history-{}.jsonl", unix_ms())))?;
-    let ctx = Ctx { reg: pg.registry(), rec: rec.clone(), dir: dir.clone(), timeout: Duration::from_secs(a.timeout_s) };
+    let ctx = Ctx { reg, rec: rec.clone(), dir: dir.clone(), timeout: Duration::from_secs(a.timeout_s) };
     let ev = if a.abort {
         abort(&ctx).await?
     } else if a.rollback {
         rollback(&ctx, &a.region).await?
     } else {
-        let plan = make_plan(&ctx.reg, &a.region, a.max_wave, a.capacity_keys).await?;
+        let plan = make_plan(&ctx.reg, &a.region, a.max_wave, a.capacity).await?;
         if a.dry_run {
             println!("{}", plan.to_markdown());
             println!("(dry run: nothing changed)");
@@ -168,35 +189,75 @@ fn finished(ev: &Evacuation) -> bool {
     }
 }
 
-/// The registry's shards, cells (with health and keys) and regions, planned.
-pub async fn make_plan(reg: &Reg, region: &str, max_wave: usize, capacity_keys: u64) -> Result<Plan, String> {
+/// How long the planner watches each shard's token sequence to measure its acquire
+/// rate (every grant takes the next token).
+const RATE_WINDOW: Duration = Duration::from_secs(1);
+
+/// What the planner weighs of one shard, as its cell reports it.
+#[derive(Debug, Clone, Copy, Default)]
+struct ShardUse {
+    keys: u64,
+    sessions: u64,
+    acquires_per_s: u64,
+}
+
+/// Each healthy cell's shards: keys and sessions now, and grants per second over
+/// [`RATE_WINDOW`] (the rise of the shard's token sequence at an unchanged epoch).
+async fn shard_use(cells: &[(rpb::Cell, bool)]) -> BTreeMap<(String, String, String), ShardUse> {
+    let sample = || async {
+        let mut seen = BTreeMap::new();
+        for (c, healthy) in cells {
+            if !*healthy {
+                continue;
+            }
+            for s in cell_status(c).await.map(|st| st.shards).unwrap_or_default() {
+                seen.insert((c.cell.clone(), s.ns.clone(), s.shard.clone()), s);
+            }
+        }
+        seen
+    };
+    let first = sample().await;
+    tokio::time::sleep(RATE_WINDOW).await;
+    let second = sample().await;
+    second
+        .into_iter()
+        .map(|(k, s)| {
+            let grants = first.get(&k).filter(|f| f.epoch == s.epoch).map_or(0, |f| s.seq.saturating_sub(f.seq));
+            let per_s = (grants as f64 / RATE_WINDOW.as_secs_f64()).ceil() as u64;
+            (k, ShardUse { keys: u64::from(s.keys), sessions: u64::from(s.sessions), acquires_per_s: per_s })
+        })
+        .collect()
+}
+
+/// The registry's shards, cells (with health and load) and regions, planned.
+pub async fn make_plan(reg: &Reg, region: &str, max_wave: usize, capacity: u64) -> Result<Plan, String> {
     let shards = reg.list_shards().await.map_err(failed)?.shards;
     let cells = reg.list_cells().await.map_err(failed)?;
     let regions = reg.call(rpb::ListRegionsRequest {}, |mut c, r| async move { c.list_regions(r).await }).await.map_err(failed)?.regions;
-    let mut keys: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+    let mut judged = Vec::new();
+    for c in cells {
+        let h = healthy(&c).await;
+        judged.push((c, h));
+    }
+    let used = shard_use(&judged).await;
     let mut infos = Vec::new();
-    for c in &cells {
-        let healthy = healthy(c).await;
-        if healthy {
-            if let Some(st) = cell_status(c).await {
-                for s in st.shards {
-                    keys.insert((c.cell.clone(), s.ns, s.shard), u64::from(s.keys));
-                }
-            }
-        }
-        infos.push(CellInfo { cell: id(CellId::new(c.cell.as_str()))?, region: id(RegionId::new(c.region.as_str()))?, healthy, capacity_keys });
+    for (c, healthy) in &judged {
+        infos.push(CellInfo { cell: id(CellId::new(c.cell.as_str()))?, region: id(RegionId::new(c.region.as_str()))?, healthy: *healthy, capacity });
     }
     let req = PlanRequest {
         shards: shards
             .iter()
             .map(|o| {
+                let u = used.get(&(o.cell.clone(), o.ns.clone(), o.shard.clone())).copied().unwrap_or_default();
                 Ok(ShardPlacement {
                     ns: id(NamespaceName::new(o.ns.as_str()))?,
                     shard: id(ShardName::new(o.shard.as_str()))?,
                     region: id(RegionId::new(o.region.as_str()))?,
                     cell: id(CellId::new(o.cell.as_str()))?,
                     epoch: Epoch(o.epoch),
-                    keys: keys.get(&(o.cell.clone(), o.ns.clone(), o.shard.clone())).copied().unwrap_or(0),
+                    keys: u.keys,
+                    sessions: u.sessions,
+                    acquires_per_s: u.acquires_per_s,
                 })
             })
             .collect::<Result<_, String>>()?,
