@@ -21,8 +21,8 @@ pub struct Target {
     /// Gateways' gRPC addresses, or a cell's nodes' client addresses, comma-separated
     /// (names or IPs; NOT_LEADER is followed, an endpoint that does not answer is
     /// skipped).
-    #[arg(long, env = "HOLDFAST_ENDPOINT", default_value = "127.0.0.1:7000")]
-    endpoint: String,
+    #[arg(long = "endpoints", visible_alias = "endpoint", env = "HOLDFAST_ENDPOINTS", default_value = "127.0.0.1:7000")]
+    endpoints: String,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     output: Output,
@@ -38,7 +38,7 @@ pub struct Target {
 
 impl Target {
     fn remote(&self) -> Result<Remote, String> {
-        Remote::new(&self.endpoint, &self.tls)
+        Remote::new(&self.endpoints, &self.tls)
     }
 
     fn shard_ref(&self) -> Option<pb::ShardRef> {
@@ -84,6 +84,75 @@ impl NsSettings {
     }
 }
 
+/// What `ns update` changes; unset flags leave the setting as it is.
+#[derive(Debug, Args, Clone)]
+pub struct NsChange {
+    #[arg(long)]
+    owner: Option<String>,
+    /// fail-closed or fail-open (efficiency namespaces only).
+    #[arg(long)]
+    posture: Option<Posture>,
+    #[arg(long)]
+    ttl_min_ms: Option<u64>,
+    #[arg(long)]
+    ttl_max_ms: Option<u64>,
+    /// 0: no max hold.
+    #[arg(long)]
+    max_hold_ms: Option<u64>,
+    /// 0: no lock-delay.
+    #[arg(long)]
+    lock_delay_ms: Option<u64>,
+    #[arg(long)]
+    max_keys: Option<u32>,
+    #[arg(long)]
+    max_sessions: Option<u32>,
+    #[arg(long)]
+    max_waiters_per_lock: Option<u32>,
+    #[arg(long)]
+    max_value_bytes: Option<u32>,
+    #[arg(long)]
+    acquires_per_second: Option<u32>,
+}
+
+impl NsChange {
+    /// `c` with the asked changes; an error when nothing was asked.
+    fn apply(&self, mut c: apb::NamespaceConfig) -> Result<apb::NamespaceConfig, String> {
+        let before = c.clone();
+        let set = |field: &mut u64, v: Option<u64>| {
+            if let Some(v) = v {
+                *field = v;
+            }
+        };
+        let set32 = |field: &mut u32, v: Option<u32>| {
+            if let Some(v) = v {
+                *field = v;
+            }
+        };
+        if let Some(o) = &self.owner {
+            c.owner = o.clone();
+        }
+        if let Some(p) = self.posture {
+            c.posture = holdfast_proto::convert::posture_to(p);
+        }
+        set(&mut c.ttl_min_ms, self.ttl_min_ms);
+        set(&mut c.ttl_max_ms, self.ttl_max_ms);
+        set(&mut c.max_hold_ms, self.max_hold_ms);
+        if let Some(d) = self.lock_delay_ms {
+            c.lock_delay_ms = Some(d);
+        }
+        let q = c.quotas.get_or_insert_with(Default::default);
+        set32(&mut q.max_keys, self.max_keys);
+        set32(&mut q.max_sessions, self.max_sessions);
+        set32(&mut q.max_waiters_per_lock, self.max_waiters_per_lock);
+        set32(&mut q.max_value_bytes, self.max_value_bytes);
+        set32(&mut q.acquires_per_second, self.acquires_per_second);
+        if c == before {
+            return Err("nothing to change: give at least one setting (holdfast ns update --help)".into());
+        }
+        Ok(c)
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum NsCmd {
     /// Create a namespace in the registry (through a gateway).
@@ -116,6 +185,18 @@ pub enum NsCmd {
     List {
         #[command(flatten)]
         gw: Gw,
+    },
+    /// Change a namespace's settings in the registry: only the flags given change,
+    /// the rest stays. The registry refuses an update made from a stale read (another
+    /// operator's change in between); this command then reads again and retries.
+    ///
+    /// Example: holdfast ns update payments --max-sessions 20000 --ttl-max-ms 120000
+    Update {
+        #[command(flatten)]
+        gw: Gw,
+        name: String,
+        #[command(flatten)]
+        change: NsChange,
     },
     /// Admin mode: create or update a namespace on one cell run without a registry.
     ///
@@ -153,7 +234,7 @@ pub enum ShardCmd {
     },
     /// Admin mode: what one cell serves.
     ///
-    /// Example: holdfast shard served --endpoint 127.0.0.1:7004
+    /// Example: holdfast shard served --endpoints 127.0.0.1:7004
     Served {
         #[command(flatten)]
         target: Target,
@@ -176,6 +257,19 @@ pub enum ShardCmd {
         gw: Gw,
         #[arg(long, default_value = "")]
         ns: String,
+    },
+    /// Place a new shard of a namespace on a cell (any shard name: a namespace's
+    /// shards may spread over cells and regions). Placing a shard where it already
+    /// lives is accepted; moving one is `shard move`.
+    ///
+    /// Example: holdfast shard place payments eu-accounts --cell west-1
+    Place {
+        #[command(flatten)]
+        gw: Gw,
+        ns: String,
+        shard: String,
+        #[arg(long)]
+        cell: String,
     },
     /// Move a shard to another cell: planned (drain, seal, epoch+1) unless --unplanned.
     ///
@@ -366,6 +460,29 @@ pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
             let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.list_shards(r).await })).await?;
             emit(gw.output, &r.shards.iter().map(OwnerView::from).collect::<Vec<_>>());
         }
+        ShardCmd::Place { gw, ns, shard, cell } => {
+            let remote = gw.remote()?;
+            let req = rpb::PlaceShardRequest { ns: ns.clone(), shard: shard.clone(), cell: cell.clone() };
+            // Sent again after a lost answer, a placement that did happen answers
+            // ALREADY_EXISTS: then the owner says whether it is this placement.
+            let owner = match remote.call_status(|ch| registry(ch, req.clone(), |mut c, r| async move { c.place_shard(r).await })).await {
+                Ok(r) => r.owner,
+                Err(s) if holdfast_rpc::status::code_of(&s) == Some(holdfast_core::ErrorCode::AlreadyExists) => {
+                    let get = rpb::GetOwnerRequest { ns: ns.clone(), shard: shard.clone() };
+                    let o = remote.call(|ch| registry(ch, get.clone(), |mut c, r| async move { c.get_owner(r).await })).await?.owner;
+                    match o {
+                        Some(o) if o.cell == cell || o.to_cell == cell => {
+                            eprintln!("{ns}/{shard} is on {cell} already: nothing to do");
+                            Some(o)
+                        }
+                        Some(o) => return Err(format!("{ns}/{shard} lives on {} already; to move it: holdfast shard move {ns} {shard} --to {cell}", o.cell)),
+                        None => return Err(s.message().to_owned()),
+                    }
+                }
+                Err(s) => return Err(s.message().to_owned()),
+            };
+            emit(gw.output, &owner.as_ref().map(OwnerView::from));
+        }
         ShardCmd::Move { gw, ns, shard, to, unplanned } => {
             let remote = gw.remote()?;
             let req = rpb::MoveShardRequest { ns: ns.clone(), shard: shard.clone(), to_cell: to.clone(), planned: !unplanned };
@@ -465,7 +582,7 @@ pub async fn lock(cmd: LockCmd) -> Result<(), String> {
             }
         }
         LockCmd::Exec { target, name, ttl_ms, wait_ms, command } => {
-            let endpoints = crate::remote::endpoint_list(&target.endpoint)?;
+            let endpoints = crate::remote::endpoint_list(&target.endpoints)?;
             let transport = crate::remote::transport(&target.tls)?;
             let client =
                 holdfast_client::Client::connect_via(transport, &endpoints, holdfast_client::ClientConfig::default()).await.map_err(|e| e.to_string())?;
@@ -505,6 +622,28 @@ async fn ns_registry(cmd: NsCmd) -> Result<(), String> {
             let r = gw.remote()?.call(|ch| registry(ch, rpb::ListNamespacesRequest {}, |mut c, r| async move { c.list_namespaces(r).await })).await?;
             let views = r.configs.iter().map(|c| namespace_view(Some(c))).collect::<Result<Vec<_>, _>>()?;
             emit(gw.output, &views);
+        }
+        NsCmd::Update { gw, name, change } => {
+            let remote = gw.remote()?;
+            let mut tries = 0;
+            let updated = loop {
+                let get = rpb::GetNamespaceRequest { name: name.clone() };
+                let current = remote.call(|ch| registry(ch, get.clone(), |mut c, r| async move { c.get_namespace(r).await })).await?.config;
+                let current = current.ok_or_else(|| format!("no namespace {name}"))?;
+                let expected_version = current.version;
+                let req = rpb::UpdateNamespaceRequest { config: Some(change.apply(current)?), expected_version };
+                // A retry of an update that did commit is refused as stale, then read
+                // again: it finds nothing left to change and says so.
+                match remote.call_status(|ch| registry(ch, req.clone(), |mut c, r| async move { c.update_namespace(r).await })).await {
+                    Ok(r) => break r.config,
+                    Err(s) if holdfast_rpc::status::code_of(&s) == Some(holdfast_core::ErrorCode::Conflict) && tries < 3 => {
+                        tries += 1;
+                        eprintln!("{name} changed since it was read ({}); reading it again", s.message());
+                    }
+                    Err(s) => return Err(s.message().to_owned()),
+                }
+            };
+            emit(gw.output, &namespace_view(updated.as_ref())?);
         }
         NsCmd::Apply { .. } => unreachable!("handled by ns()"),
     }

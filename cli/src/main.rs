@@ -11,6 +11,7 @@ mod dev;
 mod drill;
 mod exec;
 mod gateway_cmd;
+mod members;
 mod ops;
 mod registry_cmd;
 mod remote;

@@ -1,6 +1,8 @@
-//! Operator and user commands against a gateway (any region's; `--endpoint` or
-//! `HOLDFAST_ENDPOINT`, default the playground's east gateway 127.0.0.1:7000), with
-//! `-o table|json`. JSON is for scripts (one document per command); tables for people.
+//! Operator and user commands against a deployment: `--endpoints` (or
+//! `HOLDFAST_ENDPOINTS`) names gateways of any region — or, for the commands that
+//! form a deployment before its gateways can serve, the registry's voters — default
+//! the playground's east gateway 127.0.0.1:7000; `-o table|json`. JSON is for scripts
+//! (one document per command); tables for people.
 
 use crate::client::{locks, registry};
 use crate::remote::{self, ClientTls, Remote};
@@ -24,10 +26,11 @@ pub enum Output {
 /// Where to send the command and how to print the answer.
 #[derive(Debug, Args, Clone)]
 pub struct Gw {
-    /// Gateways' gRPC addresses, comma-separated (names or IPs; one that does not
-    /// answer is skipped).
-    #[arg(long, env = "HOLDFAST_ENDPOINT", default_value = "127.0.0.1:7000")]
-    pub endpoint: String,
+    /// Gateways' gRPC addresses (or the registry voters' client addresses),
+    /// comma-separated: DNS names or IPs; one that does not answer is skipped, a
+    /// NOT_LEADER hint is followed.
+    #[arg(long = "endpoints", visible_alias = "endpoint", env = "HOLDFAST_ENDPOINTS", default_value = "127.0.0.1:7000")]
+    pub endpoints: String,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: Output,
@@ -37,7 +40,7 @@ pub struct Gw {
 
 impl Gw {
     pub fn remote(&self) -> Result<Remote, String> {
-        Remote::new(&self.endpoint, &self.tls)
+        Remote::new(&self.endpoints, &self.tls)
     }
 }
 
@@ -50,9 +53,72 @@ pub enum RegionCmd {
         #[command(flatten)]
         gw: Gw,
     },
+    /// Record a new region, active: cells may be registered and shards placed there.
+    /// A region that exists already is left as it is.
+    ///
+    /// Example: holdfast region add --region north
+    Add {
+        #[command(flatten)]
+        gw: Gw,
+        #[arg(long)]
+        region: String,
+    },
+    /// Place nothing new in a region (no placement, no move into it); what it owns
+    /// stays. `holdfast drill evacuate` drains the region it empties by itself.
+    ///
+    /// Example: holdfast region drain --region east
+    Drain {
+        #[command(flatten)]
+        gw: Gw,
+        #[arg(long)]
+        region: String,
+    },
+    /// Take placements and moves into a region again (after a drain, or before an
+    /// evacuation's rollback).
+    ///
+    /// Example: holdfast region activate --region east
+    Activate {
+        #[command(flatten)]
+        gw: Gw,
+        #[arg(long)]
+        region: String,
+    },
 }
 
-/// The shard a session or admin command addresses.
+/// `holdfast cell register`: a cell and its members, as the registry records them.
+#[derive(Debug, Args)]
+pub struct RegisterCellArgs {
+    #[command(flatten)]
+    gw: Gw,
+    #[arg(long)]
+    cell: String,
+    #[arg(long)]
+    region: String,
+    /// ID=RAFT_ADDR,CLIENT_ADDR, once per voter (the whole membership).
+    #[arg(long = "member", required = true)]
+    members: Vec<String>,
+}
+
+impl RegisterCellArgs {
+    pub fn new(gw: Gw, cell: String, region: String, members: Vec<String>) -> RegisterCellArgs {
+        RegisterCellArgs { gw, cell, region, members }
+    }
+}
+
+pub async fn register_cell(a: RegisterCellArgs) -> Result<(), String> {
+    let members = a
+        .members
+        .iter()
+        .map(|m| crate::serve::parse_member(m).map(|m| rpb::CellMember { node_id: m.node_id, raft_addr: m.raft_addr, client_addr: m.client_addr }))
+        .collect::<Result<Vec<_>, _>>()?;
+    let req = rpb::RegisterCellRequest { cell: a.cell, region: a.region, members };
+    // Recording a cell is an upsert of the same record: safe to send again.
+    let r = a.gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.register_cell(r).await })).await?;
+    let cell = r.cell.unwrap_or_default();
+    let members: Vec<Value> = cell.members.iter().map(|m| json!({ "node_id": m.node_id, "raft": m.raft_addr, "client": m.client_addr })).collect();
+    emit(a.gw.output, &json!({ "cell": cell.cell, "region": cell.region, "members": members }));
+    Ok(())
+}
 #[derive(Debug, Args, Clone)]
 pub struct ShardSel {
     #[arg(long)]
@@ -147,6 +213,11 @@ pub fn emit(output: Output, answer: &impl Serialize) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
+fn region_row(g: &rpb::Region) -> Value {
+    let state = rpb::RegionState::try_from(g.state).map_or("unknown".to_owned(), |s| s.as_str_name().trim_start_matches("REGION_STATE_").to_lowercase());
+    json!({ "region": g.region, "state": state })
+}
+
 fn cell(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -181,19 +252,35 @@ fn table(v: &Value) -> String {
 }
 
 pub async fn region(cmd: RegionCmd) -> Result<(), String> {
-    let RegionCmd::List { gw } = cmd;
-    let r = gw.remote()?.call(|ch| registry(ch, rpb::ListRegionsRequest {}, |mut c, r| async move { c.list_regions(r).await })).await?;
-    let rows: Vec<Value> = r
-        .regions
-        .iter()
-        .map(|g| {
-            let state =
-                rpb::RegionState::try_from(g.state).map_or("unknown".to_owned(), |s| s.as_str_name().trim_start_matches("REGION_STATE_").to_lowercase());
-            json!({ "region": g.region, "state": state })
-        })
-        .collect();
-    emit(gw.output, &rows);
-    Ok(())
+    let set = |gw: Gw, region: String, state: rpb::RegionState| async move {
+        let req = rpb::SetRegionStateRequest { region, state: state as i32 };
+        let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.set_region_state(r).await })).await?;
+        emit(gw.output, &r.region.as_ref().map(region_row));
+        Ok(())
+    };
+    match cmd {
+        RegionCmd::List { gw } => {
+            let r = gw.remote()?.call(|ch| registry(ch, rpb::ListRegionsRequest {}, |mut c, r| async move { c.list_regions(r).await })).await?;
+            emit(gw.output, &r.regions.iter().map(region_row).collect::<Vec<_>>());
+            Ok(())
+        }
+        RegionCmd::Add { gw, region } => {
+            let remote = gw.remote()?;
+            let req = rpb::CreateRegionRequest { region: region.clone() };
+            match remote.call_status(|ch| registry(ch, req.clone(), |mut c, r| async move { c.create_region(r).await })).await {
+                Ok(r) => emit(gw.output, &r.region.as_ref().map(region_row)),
+                Err(s) if holdfast_rpc::status::code_of(&s) == Some(holdfast_core::ErrorCode::AlreadyExists) => {
+                    let r = remote.call(|ch| registry(ch, rpb::ListRegionsRequest {}, |mut c, r| async move { c.list_regions(r).await })).await?;
+                    eprintln!("region {region} exists already: nothing to do");
+                    emit(gw.output, &r.regions.iter().find(|g| g.region == region).map(region_row));
+                }
+                Err(s) => return Err(s.message().to_owned()),
+            }
+            Ok(())
+        }
+        RegionCmd::Drain { gw, region } => set(gw, region, rpb::RegionState::Draining).await,
+        RegionCmd::Activate { gw, region } => set(gw, region, rpb::RegionState::Active).await,
+    }
 }
 
 fn session_id(s: &str) -> Result<u64, String> {

@@ -14,8 +14,18 @@ pub enum RegistryCmd {
     ///            --raft-addr 127.0.0.1:7201 --client-addr 127.0.0.1:7200 --region east
     ///
     /// Form the registry once, from any one voter:
-    ///   holdfast cell init --raft-endpoint 127.0.0.1:7201 --member 1=127.0.0.1:7201,127.0.0.1:7200 ...
+    ///   holdfast registry init --raft-endpoint 127.0.0.1:7201 --member 1=127.0.0.1:7201,127.0.0.1:7200 ...
     Run(RunArgs),
+    /// Form the registry from its first voters (one per region), once, on any one of
+    /// them; a voter that already has a log is left alone.
+    ///
+    /// Example: holdfast registry init --raft-endpoint reg-east:7201 \
+    ///            --member 1=reg-east:7201,reg-east:7200 --member 2=reg-west:7201,reg-west:7200 --member 3=...
+    Init(crate::serve::InitArgs),
+    /// Change the registry's voters (a region added or retired): add, remove or
+    /// replace a voter, learner first.
+    #[command(subcommand)]
+    Member(crate::members::MemberCmd),
 }
 
 #[derive(Debug, Args)]
@@ -29,6 +39,8 @@ pub struct RunArgs {
 pub async fn run(cmd: RegistryCmd) -> Result<(), String> {
     match cmd {
         RegistryCmd::Run(a) => run_node(a).await,
+        RegistryCmd::Init(a) => crate::serve::init(a, "registry").await,
+        RegistryCmd::Member(m) => crate::members::run(m).await,
     }
 }
 

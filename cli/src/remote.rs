@@ -104,13 +104,28 @@ impl Remote {
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.retrying(f).await.map_err(|e| e.map_or_else(|| "stopped".to_owned(), |e| e.to_string()))
+    }
+
+    /// As [`Remote::call`], with the final refusal as a status, for a command that
+    /// treats one code as an answer (`ALREADY_EXISTS` from an idempotent step).
+    pub async fn call_status<T, F, Fut>(&self, f: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.retrying(f).await.map_err(|e| e.map_or_else(|| tonic::Status::cancelled("stopped"), CallError::into_status))
+    }
+
+    async fn retrying<T, F, Fut>(&self, f: F) -> Result<T, Option<CallError>>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let per_attempt = self.transport().options().request_timeout();
         let retry = Retry { policy: RetryPolicy::default(), give_up: tokio::time::Instant::now() + RETRY_FOR, stop: None };
         let shown = |e: &CallError, _: Duration| eprintln!("{e} — retrying");
-        match self.upstream.call_retrying(|| per_attempt, retry, shown, f).await {
-            Ok(c) => Ok(c.value),
-            Err(e) => Err(e.map_or_else(|| "stopped".to_owned(), |e| e.to_string())),
-        }
+        self.upstream.call_retrying(|| per_attempt, retry, shown, f).await.map(|c| c.value)
     }
 
     /// One pass over the endpoints, for a write that must not be sent twice blindly

@@ -20,6 +20,15 @@ pub enum CellCmd {
     /// Example: holdfast cell init --raft-endpoint 127.0.0.1:7101 \
     ///            --member 1=127.0.0.1:7101,127.0.0.1:7001 --member 2=... --member 3=...
     Init(InitArgs),
+    /// Record a cell and its members in the registry (again after a member change):
+    /// the registry then places shards on it and gateways route to it.
+    ///
+    /// Example: holdfast cell register --cell east-2 --region east \
+    ///            --member 1=east-2-0.example:7301,east-2-0.example:7300 --member 2=... --member 3=...
+    Register(crate::ops::RegisterCellArgs),
+    /// Change a running cell's voters: add, remove or replace a node (learner first).
+    #[command(subcommand)]
+    Member(crate::members::MemberCmd),
     /// Show a node's Raft state: leader, term, commit index.
     ///
     /// Example: holdfast cell status --raft-endpoint 127.0.0.1:7101
@@ -148,7 +157,9 @@ pub struct InitArgs {
 pub async fn run(cmd: CellCmd) -> Result<(), String> {
     match cmd {
         CellCmd::Run(a) => run_node(a).await,
-        CellCmd::Init(a) => init(a).await,
+        CellCmd::Init(a) => init(a, "cell").await,
+        CellCmd::Register(a) => crate::ops::register_cell(a).await,
+        CellCmd::Member(m) => crate::members::run(m).await,
         CellCmd::Status { raft_endpoint, tls } => status(raft_endpoint, &tls).await,
     }
 }
@@ -215,20 +226,31 @@ pub(crate) async fn admin(t: &Transport, endpoint: &str) -> Result<RaftAdminClie
     Ok(RaftAdminClient::new(crate::remote::connect(t, endpoint).await?))
 }
 
-async fn init(a: InitArgs) -> Result<(), String> {
-    let mut members = Vec::new();
-    for m in &a.members {
-        let (id, addrs) = m.split_once('=').ok_or_else(|| format!("--member {m:?}: expected ID=RAFT_ADDR,CLIENT_ADDR"))?;
-        let (raft, client) = addrs.split_once(',').ok_or_else(|| format!("--member {m:?}: expected ID=RAFT_ADDR,CLIENT_ADDR"))?;
-        let node_id = id.parse().map_err(|_| format!("--member {m:?}: {id:?} is not a node id"))?;
-        members.push(rpb::Member { node_id, raft_addr: raft.into(), client_addr: client.into() });
+/// One `--member ID=RAFT_ADDR,CLIENT_ADDR`, each address a `host:port` (DNS name or IP).
+pub(crate) fn parse_member(m: &str) -> Result<rpb::Member, String> {
+    let bad = || format!("--member {m:?}: expected ID=RAFT_ADDR,CLIENT_ADDR");
+    let (id, addrs) = m.split_once('=').ok_or_else(bad)?;
+    let (raft, client) = addrs.split_once(',').ok_or_else(bad)?;
+    let node_id = id.parse().ok().filter(|id| *id > 0).ok_or_else(|| format!("--member {m:?}: {id:?} is not a node id (1 or more)"))?;
+    for a in [raft, client] {
+        holdfast_rpc::host_port(a).map_err(|e| format!("--member {m:?}: {e}"))?;
     }
-    admin(crate::remote::transport(&a.tls)?, &a.raft_endpoint)
-        .await?
-        .initialize(rpb::InitializeRequest { members })
-        .await
-        .map_err(|s| format!("initialize refused: {}", s.message()))?;
-    println!("cell initialized with {} voters", a.members.len());
+    Ok(rpb::Member { node_id, raft_addr: raft.into(), client_addr: client.into() })
+}
+
+/// Forms a group (a cell, or the registry) from its first voters. A node that already
+/// has a log belongs to a formed group: nothing is sent, and that is success, so a
+/// bootstrap script can be run again.
+pub(crate) async fn init(a: InitArgs, what: &str) -> Result<(), String> {
+    let members = a.members.iter().map(|m| parse_member(m)).collect::<Result<Vec<_>, _>>()?;
+    let mut c = admin(crate::remote::transport(&a.tls)?, &a.raft_endpoint).await?;
+    let m = c.metrics(rpb::MetricsRequest {}).await.map_err(|s| format!("{}: {}", a.raft_endpoint, s.message()))?.into_inner();
+    if m.has_log {
+        println!("{what} already formed ({} has a log; term {}): nothing to do", a.raft_endpoint, m.current_term);
+        return Ok(());
+    }
+    c.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize refused: {}", s.message()))?;
+    println!("{what} initialized with {} voters", a.members.len());
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! A shell that exported the command line's variables (`HOLDFAST_ENDPOINT`,
+//! A shell that exported the command line's variables (`HOLDFAST_ENDPOINTS`,
 //! `HOLDFAST_PLAYGROUND`, ...) — as the runbooks tell an operator to — must start every
 //! server exactly as a clean shell does: `--print-config` shows the configuration each
 //! role would run with, and it must not change.

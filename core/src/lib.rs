@@ -88,4 +88,4 @@ impl std::fmt::Display for EndReason {
 /// configuration; the command line's tests check that this list is exactly the
 /// variables its flags read.
 pub const CLI_ONLY_ENV: &[&str] =
-    &["HOLDFAST_ENDPOINT", "HOLDFAST_RAFT_ENDPOINT", "HOLDFAST_REGISTRY_RAFT", "HOLDFAST_PLAYGROUND", "HOLDFAST_CERTS_DIR", "HOLDFAST_USER"];
+    &["HOLDFAST_ENDPOINTS", "HOLDFAST_RAFT_ENDPOINT", "HOLDFAST_REGISTRY_RAFT", "HOLDFAST_PLAYGROUND", "HOLDFAST_CERTS_DIR", "HOLDFAST_USER"];

@@ -26,8 +26,6 @@ pub struct CellConfig {
     pub raft_addr: String,
     /// Where clients reach this node's LockService and CellAdmin. Default `127.0.0.1:7001`.
     pub client_addr: String,
-    /// Raft address told to peers, if it differs from `raft_addr` (e.g. `0.0.0.0` binds).
-    pub advertise_raft_addr: Option<String>,
     /// Client address given in `NOT_LEADER` hints, if it differs from `client_addr`.
     pub advertise_client_addr: Option<String>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served over HTTP; unset = not
@@ -108,6 +106,9 @@ impl CellConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let metrics: Vec<(&str, &str)> = self.metrics_addr.iter().map(|a| ("metrics_addr", a.as_str())).collect();
         validate_node(self.node_id, &self.timings(), &self.raft_addr, &self.client_addr, &metrics)?;
+        if let Some(a) = &self.advertise_client_addr {
+            holdfast_rpc::host_port(a).map_err(|e| ConfigError::Invalid(format!("advertise_client_addr: {e}")))?;
+        }
         if self.checkpoint_interval_ms == 0 || self.checkpoint_interval_ms > self.election_min_ms {
             return Err(ConfigError::Invalid(format!(
                 "checkpoint_interval_ms ({}) must be between 1 and election_min_ms ({}): a leader should checkpoint before it can be deposed",

@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod proc_cell;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_holdfast");
 pub const START: Duration = Duration::from_secs(120);
 pub const STOP: Duration = Duration::from_secs(40);

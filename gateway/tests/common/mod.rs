@@ -52,7 +52,6 @@ impl World {
                     data_dir: root.path().join(format!("{name}-{id}")),
                     raft_addr: "127.0.0.1:0".into(),
                     client_addr: "127.0.0.1:0".into(),
-                    advertise_raft_addr: None,
                     advertise_client_addr: None,
                     metrics_addr: None,
                     registry_endpoints: direct.join(","),

@@ -85,6 +85,9 @@ impl RegistryConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         validate_node(self.node_id, &self.timings(), &self.raft_addr, &self.client_addr, &[])?;
+        if let Some(a) = &self.advertise_client_addr {
+            holdfast_rpc::host_port(a).map_err(|e| ConfigError::Invalid(format!("advertise_client_addr: {e}")))?;
+        }
         if self.ownership_lease_ms < 3 * self.heartbeat_ms {
             return bad(format!(
                 "ownership_lease_ms ({}) must be at least 3 × heartbeat_ms ({}): cells renew at a third of it",

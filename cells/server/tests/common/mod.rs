@@ -107,7 +107,6 @@ impl TestCell {
             data_dir: self.root.path().join(format!("node-{id}")),
             raft_addr: "127.0.0.1:0".into(),
             client_addr: "127.0.0.1:0".into(),
-            advertise_raft_addr: None,
             advertise_client_addr: None,
             metrics_addr: None,
             registry_endpoints: self.registry.clone(),
