@@ -99,6 +99,26 @@ pub struct RegisterCellArgs {
     members: Vec<String>,
 }
 
+/// `holdfast cell retire`.
+#[derive(Debug, Args)]
+pub struct RetireCellArgs {
+    #[command(flatten)]
+    gw: Gw,
+    #[arg(long)]
+    cell: String,
+}
+
+pub async fn retire_cell(a: RetireCellArgs) -> Result<(), String> {
+    let req = rpb::RetireCellRequest { cell: a.cell.clone() };
+    // Not retried blindly: a retirement whose answer was lost is refused the second
+    // time as an unknown cell, which says what happened.
+    let r = a.gw.remote()?.once(|ch| registry(ch, req.clone(), |mut c, r| async move { c.retire_cell(r).await })).await?;
+    let cell = r.cell.unwrap_or_default();
+    eprintln!("cell {} retired from the registry; stop its nodes", cell.cell);
+    emit(a.gw.output, &json!({ "cell": cell.cell, "region": cell.region, "retired": true }));
+    Ok(())
+}
+
 impl RegisterCellArgs {
     pub fn new(gw: Gw, cell: String, region: String, members: Vec<String>) -> RegisterCellArgs {
         RegisterCellArgs { gw, cell, region, members }

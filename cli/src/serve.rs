@@ -26,6 +26,12 @@ pub enum CellCmd {
     /// Example: holdfast cell register --cell east-2 --region east \
     ///            --member 1=east-2-0.example:7301,east-2-0.example:7300 --member 2=... --member 3=...
     Register(crate::ops::RegisterCellArgs),
+    /// Forget a cell in the registry: refused while it owns a shard or one is moving
+    /// to it (move them first: holdfast shard move, or drill evacuate). Stop its nodes
+    /// afterwards.
+    ///
+    /// Example: holdfast cell retire --cell east-2
+    Retire(crate::ops::RetireCellArgs),
     /// Change a running cell's voters: add, remove or replace a node (learner first).
     #[command(subcommand)]
     Member(crate::members::MemberCmd),
@@ -160,6 +166,7 @@ pub async fn run(cmd: CellCmd) -> Result<(), String> {
         CellCmd::Init(a) => init(a, "cell").await,
         CellCmd::Register(a) => crate::ops::register_cell(a).await,
         CellCmd::Member(m) => crate::members::run(m).await,
+        CellCmd::Retire(a) => crate::ops::retire_cell(a).await,
         CellCmd::Status { raft_endpoint, tls } => status(raft_endpoint, &tls).await,
     }
 }

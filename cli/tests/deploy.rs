@@ -296,6 +296,20 @@ output "cells" {{ value = module.t.cells }}
     let regions = op.json(&["region", "list", "-o", "json"]);
     assert!(regions.as_array().unwrap().iter().any(|r| r["region"] == "east" && r["state"] == "evacuated"), "{regions}");
 
+    // --- An emptied cell can be retired; one that owns shards cannot.
+    let retired = op.json(&["cell", "retire", "--cell", "east-2", "-o", "json"]);
+    assert_eq!(retired["retired"], true, "{retired}");
+    let busy = op.run(&["cell", "retire", "--cell", "west-1"]);
+    assert!(!busy.status.success() && String::from_utf8_lossy(&busy.stderr).contains("still owns"), "{busy:?}");
+
+    // --- ns update changes what it is told and nothing else; nothing to change is an error.
+    let before = op.json(&["ns", "get", "orders", "-o", "json"]);
+    let after = op.json(&["ns", "update", "orders", "--max-sessions", "123", "-o", "json"]);
+    assert_eq!(after["quotas"]["max_sessions"], 123, "{after}");
+    assert_eq!(after["version"], before["version"].as_u64().unwrap() + 1, "{after}");
+    assert_eq!((&after["lock_delay_ms"], &after["ttl_max_ms"]), (&before["lock_delay_ms"], &before["ttl_max_ms"]), "{before} -> {after}");
+    assert!(!op.run(&["ns", "update", "orders"]).status.success(), "an update of nothing succeeded");
+
     // --- The lock's next holder, in its new home, gets a larger token.
     let second = acquire("3000");
     let second_token: u64 = second["token"].as_str().unwrap().parse().unwrap();

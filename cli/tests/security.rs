@@ -258,6 +258,7 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
         "RegistryService.CreateRegion" => verdict(r.create_region(rpb::CreateRegionRequest { region: "Not A Name".into() }).await),
         "RegistryService.SetRegionState" => verdict(r.set_region_state(rpb::SetRegionStateRequest { region: "nowhere".into(), state: 0 }).await),
         "RegistryService.ListRegions" => verdict(r.list_regions(rpb::ListRegionsRequest {}).await),
+        "RegistryService.RetireCell" => verdict(r.retire_cell(rpb::RetireCellRequest { cell: "nowhere-1".into() }).await),
         "RegistryService.RegisterCell" => {
             verdict(r.register_cell(rpb::RegisterCellRequest { cell: "nowhere-1".into(), region: "nowhere".into(), members: vec![] }).await)
         }

@@ -155,6 +155,7 @@ registry_front!(
     (create_region, rpb::CreateRegionRequest, rpb::CreateRegionResponse, |_r| OPERATOR),
     (set_region_state, rpb::SetRegionStateRequest, rpb::SetRegionStateResponse, |_r| OPERATOR),
     (register_cell, rpb::RegisterCellRequest, rpb::RegisterCellResponse, |_r| OPERATOR),
+    (retire_cell, rpb::RetireCellRequest, rpb::RetireCellResponse, |_r| OPERATOR),
     (list_regions, rpb::ListRegionsRequest, rpb::ListRegionsResponse, |_r| OPERATOR),
     (list_cells, rpb::ListCellsRequest, rpb::ListCellsResponse, |_r| OPERATOR),
     (create_namespace, rpb::CreateNamespaceRequest, rpb::CreateNamespaceResponse, |_r| OPERATOR),

@@ -180,6 +180,18 @@ impl RegistryService for RegistryApi {
         }
     }
 
+    async fn retire_cell(&self, req: Request<pb::RetireCellRequest>) -> Result<Response<pb::RetireCellResponse>, Status> {
+        let by = CallContext::from_grpc(&req).identity();
+        let cmd = Command::RetireCell { cell: cv::cell_id(req.into_inner().cell)? };
+        match self.reg.write_as(&by, cmd).await? {
+            Outcome::Retired { cell, record } => {
+                info!(cell = %cell, region = %record.region, "cell retired");
+                Ok(Response::new(pb::RetireCellResponse { cell: Some(cv::cell_to(&cell, &record)) }))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn list_regions(&self, _req: Request<pb::ListRegionsRequest>) -> Result<Response<pb::ListRegionsResponse>, Status> {
         let regions = self.reg.read(|st| st.regions().map(|(r, s)| cv::region_to(r, s)).collect()).await?;
         Ok(Response::new(pb::ListRegionsResponse { regions }))

@@ -144,6 +144,11 @@ pub enum Command {
         action: String,
         detail: String,
     },
+    /// Forgets a cell that owns no shard and is no move's target (new variants go
+    /// last: entries are encoded by variant index).
+    RetireCell {
+        cell: CellId,
+    },
 }
 
 impl Command {
@@ -168,6 +173,7 @@ impl Command {
             Command::CreateToken { .. } => "create_token",
             Command::RevokeToken { .. } => "revoke_token",
             Command::Audit { .. } => "audit",
+            Command::RetireCell { .. } => "retire_cell",
         }
     }
 }

@@ -42,6 +42,11 @@ pub enum Outcome {
     Audited {
         seq: u64,
     },
+    /// A cell was forgotten; its record as it was.
+    Retired {
+        cell: CellId,
+        record: CellRecord,
+    },
 }
 
 /// Why a command was refused. A refused command changes nothing.
@@ -91,6 +96,8 @@ pub enum RegistryError {
     /// A grant, revoke, token or audit record that does not hold together.
     #[error("{0}")]
     Access(String),
+    #[error("cell {cell} still owns or is receiving {shards} shard(s); move them before retiring it")]
+    CellNotEmpty { cell: String, shards: usize },
 }
 
 impl RegistryError {
@@ -116,6 +123,7 @@ impl RegistryError {
             | RegistryError::SealMismatch { .. }
             | RegistryError::EpochExhausted { .. }
             | RegistryError::NotAdopted { .. }
+            | RegistryError::CellNotEmpty { .. }
             | RegistryError::Access(_) => ErrorCode::InvalidArgument,
         }
     }

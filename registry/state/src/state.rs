@@ -155,6 +155,7 @@ impl RegistryState {
             Command::CreateRegion { region } => self.create_region(region),
             Command::SetRegionState { region, state } => self.set_region_state(region, *state),
             Command::RegisterCell { cell, region, members } => self.register_cell(cell, region, members),
+            Command::RetireCell { cell } => self.retire_cell(cell),
             Command::CreateNamespace { config } => self.create_namespace(config),
             Command::UpdateNamespace { config, expected_version } => self.update_namespace(config, *expected_version),
             Command::PlaceShard { shard, cell } => self.place_shard(&mut ctx, shard, cell),
@@ -261,6 +262,16 @@ impl RegistryState {
         let record = CellRecord { region: region.clone(), members: members.to_vec() };
         self.cells.insert(cell.clone(), record.clone());
         Ok(Outcome::Cell { cell: cell.clone(), record })
+    }
+
+    fn retire_cell(&mut self, cell: &CellId) -> Result<Outcome, RegistryError> {
+        self.known_cell(cell)?;
+        let involved = self.shards.values().filter(|s| &s.cell == cell || s.moving().is_some_and(|m| &m.to_cell == cell)).count();
+        if involved > 0 {
+            return Err(RegistryError::CellNotEmpty { cell: cell.to_string(), shards: involved });
+        }
+        let record = self.cells.remove(cell).expect("known above");
+        Ok(Outcome::Retired { cell: cell.clone(), record })
     }
 
     // ---- namespaces

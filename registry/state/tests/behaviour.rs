@@ -351,3 +351,21 @@ fn grants_and_tokens_are_checked_and_versioned() {
     assert_eq!(st.access().version(), v1 + 3);
     assert_eq!(st.access().grants().count(), 1);
 }
+
+#[test]
+fn a_cell_is_retired_only_once_it_owns_and_receives_nothing() {
+    let mut st = world();
+    let e = refused(&mut st, Command::RetireCell { cell: cell("east-1") }, ErrorCode::InvalidArgument);
+    assert!(e.to_string().contains("still owns"), "{e}");
+    refused(&mut st, Command::RetireCell { cell: cell("mars-1") }, ErrorCode::InvalidArgument);
+    // A move's target is not retired while the move is in flight.
+    begin(&mut st, "west-1", false);
+    refused(&mut st, Command::RetireCell { cell: cell("west-1") }, ErrorCode::InvalidArgument);
+
+    let a = ok(&mut st, Command::RetireCell { cell: cell("west-2") });
+    assert!(matches!(a.result, Ok(Outcome::Retired { .. })), "{:?}", a.result);
+    assert!(st.cells().all(|(c, _)| c != &cell("west-2")), "retired but still listed");
+    // Nothing can name it any more; its name can be registered again.
+    refused(&mut st, Command::PlaceShard { shard: key("pay", "other"), cell: cell("west-2") }, ErrorCode::InvalidArgument);
+    ok(&mut st, Command::RegisterCell { cell: cell("west-2"), region: region("west"), members: members(3) });
+}
