@@ -282,7 +282,22 @@ output "cells" {{ value = module.t.cells }}
 
     // --- Evacuate east through the gateways alone, then check where everything is.
     let state = dir.join("evacuate-east");
-    let out = op.run(&["drill", "evacuate", "--region", "east", "--max-wave", "1", "--state-dir", state.to_str().unwrap(), "--timeout-s", "180"]);
+    // orders names west as its fallback region: east's shards go there (south would
+    // tie on load, and comes first by name).
+    let out = op.run(&[
+        "drill",
+        "evacuate",
+        "--region",
+        "east",
+        "--max-wave",
+        "1",
+        "--fallback",
+        "orders=west",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--timeout-s",
+        "180",
+    ]);
     let text = ok(out, "drill evacuate --region east");
     assert!(text.contains("phase"), "{text}");
     let shards = op.json(&["shard", "list", "--ns", "orders", "-o", "json"]);
@@ -293,6 +308,7 @@ output "cells" {{ value = module.t.cells }}
     }
     let moved: Vec<&Value> = shards.iter().filter(|s| s["shard"] == "default" || s["shard"] == "s1").collect();
     assert!(moved.iter().all(|s| s["epoch"] == 2), "east's shards moved once, each to epoch 2: {moved:?}");
+    assert!(moved.iter().all(|s| s["region"] == "west"), "orders' fallback region is west: {moved:?}");
     let regions = op.json(&["region", "list", "-o", "json"]);
     assert!(regions.as_array().unwrap().iter().any(|r| r["region"] == "east" && r["state"] == "evacuated"), "{regions}");
 

@@ -15,6 +15,8 @@
 //!   after taking it (`load / capacity`), ties by cell name — load spreads, and so do
 //!   idle shards (a thousand empty shards split over the targets, they do not all go
 //!   to the first cell by name);
+//! - a namespace's fallback region, when the operator names one, comes first: its
+//!   shards go to a cell there while one has room;
 //! - waves hold at most `max_wave` moves, in `(namespace, shard)` order;
 //! - the same input always gives the same plan.
 
@@ -89,6 +91,10 @@ pub struct PlanRequest {
     pub evacuate: RegionId,
     /// The most shard moves in one wave (at least 1).
     pub max_wave: usize,
+    /// The region each namespace falls back to: its shards go to a cell there when one
+    /// has room, elsewhere only when none has.
+    #[serde(default)]
+    pub fallback: BTreeMap<NamespaceName, RegionId>,
 }
 
 /// Why there is no plan.
@@ -208,7 +214,11 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     let mut moves = Vec::with_capacity(to_move.len());
     for s in to_move {
         let w = s.load();
-        let best = targets.iter().filter(|c| free(c, &load) >= w).min_by(|a, b| {
+        let preferred = req.fallback.get(&s.ns);
+        let fits = |c: &&&CellInfo| free(c, &load) >= w;
+        let in_fallback = |c: &&&CellInfo| preferred.is_some_and(|r| &c.region == r);
+        let some_fallback_fits = targets.iter().filter(fits).any(|c| in_fallback(&c));
+        let best = targets.iter().filter(fits).filter(|c| !some_fallback_fits || in_fallback(c)).min_by(|a, b| {
             // Utilization after taking the shard, compared without floats:
             // (la + w) / ca  vs  (lb + w) / cb.
             let ua = u128::from(load.get(&a.cell).copied().unwrap_or(0) + w) * u128::from(b.capacity);
@@ -393,6 +403,7 @@ mod tests {
             regions: vec![region("eu-west", RegionState::Draining), region("us-east", RegionState::Active), region("ap-south", RegionState::Active)],
             evacuate: RegionId::new("eu-west").unwrap(),
             max_wave: 2,
+            fallback: BTreeMap::new(),
         }
     }
 
@@ -541,11 +552,35 @@ mod tests {
             regions: vec![region("east", RegionState::Draining), region("south", RegionState::Active), region("west", RegionState::Active)],
             evacuate: RegionId::new("east").unwrap(),
             max_wave: 100,
+            fallback: BTreeMap::new(),
         };
         let p = plan(&req).unwrap();
         let to = |c: &str| p.moves().filter(|m| m.to_cell.as_str() == c).count();
         assert_eq!((to("south-1"), to("west-1")), (501, 500));
         assert_eq!(p.waves.len(), 11);
+    }
+
+    /// A namespace's fallback region comes first while a cell there has room, even
+    /// when a cell elsewhere is emptier; without room there, anywhere will do.
+    #[test]
+    fn a_namespaces_fallback_region_is_preferred_while_it_has_room() {
+        let shards = vec![shard("pay", "a", "east-1", 10), shard("pay", "b", "east-1", 10), shard("web", "c", "east-1", 10)];
+        let mut req = PlanRequest {
+            shards,
+            cells: vec![cell("east-1", "east", true, 1000), cell("south-1", "south", true, 1000), cell("west-1", "west", true, 15)],
+            regions: vec![region("east", RegionState::Draining), region("south", RegionState::Active), region("west", RegionState::Active)],
+            evacuate: RegionId::new("east").unwrap(),
+            max_wave: 10,
+            fallback: BTreeMap::from([(NamespaceName::new("pay").unwrap(), RegionId::new("west").unwrap())]),
+        };
+        let p = plan(&req).unwrap();
+        let target = |shard: &str| p.moves().find(|m| m.shard.as_str() == shard).unwrap().to_cell.to_string();
+        // west-1 (capacity 15) takes one pay shard of load 11; the other does not fit
+        // there and goes to south-1; web has no fallback and goes by utilization.
+        assert_eq!([target("a"), target("b"), target("c")], ["west-1", "south-1", "south-1"]);
+        req.fallback.clear();
+        let p = plan(&req).unwrap();
+        assert!(p.moves().all(|m| m.to_cell.as_str() == "south-1"), "without a fallback the emptier south-1 wins: {p:?}");
     }
 
     /// Sessions and the acquire rate weigh like keys: two shards without keys, one
@@ -564,6 +599,7 @@ mod tests {
             regions: vec![region("east", RegionState::Draining), region("south", RegionState::Active), region("west", RegionState::Active)],
             evacuate: RegionId::new("east").unwrap(),
             max_wave: 10,
+            fallback: BTreeMap::new(),
         };
         let p = plan(&req).unwrap();
         let target = |shard: &str| p.moves().find(|m| m.shard.as_str() == shard).unwrap().to_cell.to_string();

@@ -39,6 +39,7 @@ fn the_plan() -> Plan {
         regions: vec![region("eu-west", RegionState::Draining), region("us-east", RegionState::Active), region("ap-south", RegionState::Active)],
         evacuate: RegionId::new("eu-west").unwrap(),
         max_wave: 2,
+        fallback: BTreeMap::new(),
     })
     .unwrap()
 }

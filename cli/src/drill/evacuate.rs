@@ -55,6 +55,10 @@ pub struct EvacuateArgs {
     /// keys + its sessions + its grants per second (docs/drills.md, "The plan").
     #[arg(long, visible_alias = "capacity-keys", default_value_t = 10_000)]
     pub capacity: u64,
+    /// NS=REGION: the region a namespace's shards go to first, while a cell there has
+    /// room (repeat per namespace).
+    #[arg(long = "fallback", value_name = "NS=REGION")]
+    pub fallback: Vec<String>,
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -98,7 +102,7 @@ pub async fn run(a: EvacuateArgs) -> Result<(), String> {
     } else if a.rollback {
         rollback(&ctx, &a.region).await?
     } else {
-        let plan = make_plan(&ctx.reg, &a.region, a.max_wave, a.capacity).await?;
+        let plan = make_plan(&ctx.reg, &a.region, a.max_wave, a.capacity, fallbacks(&a.fallback)?).await?;
         if a.dry_run {
             println!("{}", plan.to_markdown());
             println!("(dry run: nothing changed)");
@@ -229,8 +233,19 @@ async fn shard_use(cells: &[(rpb::Cell, bool)]) -> BTreeMap<(String, String, Str
         .collect()
 }
 
+/// `NS=REGION` pairs, checked.
+fn fallbacks(pairs: &[String]) -> Result<BTreeMap<NamespaceName, RegionId>, String> {
+    pairs
+        .iter()
+        .map(|p| {
+            let (ns, region) = p.split_once('=').ok_or_else(|| format!("--fallback {p:?}: expected NS=REGION"))?;
+            Ok((id(NamespaceName::new(ns))?, id(RegionId::new(region))?))
+        })
+        .collect()
+}
+
 /// The registry's shards, cells (with health and load) and regions, planned.
-pub async fn make_plan(reg: &Reg, region: &str, max_wave: usize, capacity: u64) -> Result<Plan, String> {
+pub async fn make_plan(reg: &Reg, region: &str, max_wave: usize, capacity: u64, fallback: BTreeMap<NamespaceName, RegionId>) -> Result<Plan, String> {
     let shards = reg.list_shards().await.map_err(failed)?.shards;
     let cells = reg.list_cells().await.map_err(failed)?;
     let regions = reg.call(rpb::ListRegionsRequest {}, |mut c, r| async move { c.list_regions(r).await }).await.map_err(failed)?.regions;
@@ -275,6 +290,7 @@ pub async fn make_plan(reg: &Reg, region: &str, max_wave: usize, capacity: u64) 
             .collect::<Result<_, String>>()?,
         evacuate: id(RegionId::new(region))?,
         max_wave,
+        fallback,
     };
     plan::plan(&req).map_err(|e| e.to_string())
 }

@@ -245,7 +245,7 @@ async fn setup(reg: &Reg, pg: &Playground) -> Result<Vec<String>, String> {
 /// owner), roll back.
 async fn evacuate_scenario(ctx: &Ctx, pg: &Playground, region: &str) -> Result<(), String> {
     pg.region(region)?;
-    let plan = evacuate::make_plan(&ctx.reg, region, 2, 10_000).await?;
+    let plan = evacuate::make_plan(&ctx.reg, region, 2, 10_000, Default::default()).await?;
     let ev = evacuate::evacuate(ctx, plan.clone()).await?;
     evacuate::print_outcome(&ev);
     if !ev.succeeded() {
