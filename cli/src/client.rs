@@ -140,12 +140,15 @@ impl NsChange {
         if let Some(d) = self.lock_delay_ms {
             c.lock_delay_ms = Some(d);
         }
-        let q = c.quotas.get_or_insert_with(Default::default);
-        set32(&mut q.max_keys, self.max_keys);
-        set32(&mut q.max_sessions, self.max_sessions);
-        set32(&mut q.max_waiters_per_lock, self.max_waiters_per_lock);
-        set32(&mut q.max_value_bytes, self.max_value_bytes);
-        set32(&mut q.acquires_per_second, self.acquires_per_second);
+        let quotas = [self.max_keys, self.max_sessions, self.max_waiters_per_lock, self.max_value_bytes, self.acquires_per_second];
+        if quotas.iter().any(Option::is_some) {
+            let q = c.quotas.get_or_insert_with(Default::default);
+            set32(&mut q.max_keys, self.max_keys);
+            set32(&mut q.max_sessions, self.max_sessions);
+            set32(&mut q.max_waiters_per_lock, self.max_waiters_per_lock);
+            set32(&mut q.max_value_bytes, self.max_value_bytes);
+            set32(&mut q.acquires_per_second, self.acquires_per_second);
+        }
         if c == before {
             return Err("nothing to change: give at least one setting (holdfast ns update --help)".into());
         }
@@ -631,9 +634,15 @@ async fn ns_registry(cmd: NsCmd) -> Result<(), String> {
                 let current = remote.call(|ch| registry(ch, get.clone(), |mut c, r| async move { c.get_namespace(r).await })).await?.config;
                 let current = current.ok_or_else(|| format!("no namespace {name}"))?;
                 let expected_version = current.version;
-                let req = rpb::UpdateNamespaceRequest { config: Some(change.apply(current)?), expected_version };
-                // A retry of an update that did commit is refused as stale, then read
-                // again: it finds nothing left to change and says so.
+                let config = match change.apply(current.clone()) {
+                    Ok(c) => c,
+                    // Read again after a CONFLICT, with nothing left to change: our own
+                    // update committed (its answer was lost and the retry came too late),
+                    // or someone made the same change. Either way it is in.
+                    Err(_) if tries > 0 => break Some(current),
+                    Err(e) => return Err(e),
+                };
+                let req = rpb::UpdateNamespaceRequest { config: Some(config), expected_version };
                 match remote.call_status(|ch| registry(ch, req.clone(), |mut c, r| async move { c.update_namespace(r).await })).await {
                     Ok(r) => break r.config,
                     Err(s) if holdfast_rpc::status::code_of(&s) == Some(holdfast_core::ErrorCode::Conflict) && tries < 3 => {

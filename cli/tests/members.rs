@@ -8,7 +8,7 @@ mod common;
 
 use common::proc_cell::*;
 use common::BIN;
-use holdfast_drills::history::{EventKind as K, FaultKind, LockKey};
+use holdfast_drills::history::{EventKind as K, FaultKind};
 use holdfast_drills::record::Recorder;
 use holdfast_proto::lock::v1 as pb;
 use serde_json::Value;
@@ -37,21 +37,7 @@ async fn replacing_the_leader_under_a_lock_workload_loses_no_acknowledged_grant(
     let keeper_session = session(&mut c, 60_000).await;
     let long = c.acquire(acquire_req(keeper_session, "long", "long-1", 0)).await.expect("acquire long").into_inner().token;
     let sessions = [keeper_session, session(&mut c, 60_000).await, session(&mut c, 60_000).await];
-    let keeper = {
-        let clients = clients.clone();
-        tokio::spawn(async move {
-            loop {
-                for s in sessions {
-                    for c in &clients {
-                        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), renew(&mut c.clone(), s)).await {
-                            break;
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-        })
-    };
+    let keeper = keep_alive(clients.clone(), sessions.to_vec(), Duration::from_secs(2));
 
     // --- two sessions cycle acquire/release through every node while the leader is replaced
     let rec = Recorder::create(&cell.dir.path().join("members-history.jsonl")).unwrap();
@@ -109,18 +95,7 @@ async fn replacing_the_leader_under_a_lock_workload_loses_no_acknowledged_grant(
     keeper.abort();
 
     // --- the whole history, read by the checker, with the final state of each name
-    for name in ["a", "b", "c"] {
-        let since = rec.ms();
-        let d = until_ok("describe", || {
-            let mut c = c.clone();
-            async move { c.describe(pb::DescribeRequest { shard: shard(), name: name.into() }).await }
-        })
-        .await
-        .into_inner();
-        let lock = LockKey { ns: holdfast_core::NamespaceName::new("pay").unwrap(), name: holdfast_core::LockName::new(name).unwrap() };
-        let holders = d.holders.iter().map(|h| holdfast_core::FencingToken(h.token)).collect();
-        rec.record(K::HolderObserved { lock, since_ms: since, epoch: holdfast_core::Epoch(1), holders });
-    }
+    record_holders(&rec, &c, &["a", "b", "c"]).await;
     let history = rec.history();
     let report = holdfast_drills::checker::check(&history);
     assert!(report.is_clean(), "{:#?}\n{:#?}", report.violations, report.malformed);

@@ -278,7 +278,7 @@ async fn a_leader_stopped_by_sigterm_hands_over_first_and_loses_no_acknowledged_
 /// seed that is printed (`KILL9_SEED` replays it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_cycles_lose_no_acknowledged_grant_and_tokens_only_grow() {
-    use holdfast_drills::history::{EventKind as K, FaultKind, LockKey};
+    use holdfast_drills::history::{EventKind as K, FaultKind};
     let secs: u64 = std::env::var("KILL9_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
     let seed: u64 = std::env::var("KILL9_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_0015);
     eprintln!("kill -9 cycles: {secs} s, seed {seed}");
@@ -290,21 +290,7 @@ async fn kill_9_cycles_lose_no_acknowledged_grant_and_tokens_only_grow() {
     }
     let sessions = [session(&mut cell.client(leader).await, 60_000).await, session(&mut cell.client(leader).await, 60_000).await];
     // Kept alive through whichever node leads, every 5 s (a long run outlives any TTL).
-    let keeper = {
-        let clients = clients.clone();
-        tokio::spawn(async move {
-            loop {
-                for s in sessions {
-                    for c in &clients {
-                        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), renew(&mut c.clone(), s)).await {
-                            break;
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        })
-    };
+    let keeper = keep_alive(clients.clone(), sessions.to_vec(), Duration::from_secs(5));
     let rec = Recorder::create(&cell.dir.path().join("kill9-history.jsonl")).unwrap();
     let until = Instant::now() + Duration::from_secs(secs);
     let workers: Vec<_> = sessions.iter().map(|s| tokio::spawn(cycles(rec.clone(), clients.clone(), *s, until))).collect();
@@ -326,20 +312,7 @@ async fn kill_9_cycles_lose_no_acknowledged_grant_and_tokens_only_grow() {
 
     // --- the cell's record of each name, read after everything was acknowledged
     let (leader, _) = cell.leader_among(&[1, 2, 3]).await;
-    let mut c = cell.client(leader).await;
-    for name in ["a", "b", "c"] {
-        let since = rec.ms();
-        let d = until_ok("describe", || {
-            let mut c = c.clone();
-            async move { c.describe(pb::DescribeRequest { shard: shard(), name: name.into() }).await }
-        })
-        .await
-        .into_inner();
-        let lock = LockKey { ns: holdfast_core::NamespaceName::new("pay").unwrap(), name: holdfast_core::LockName::new(name).unwrap() };
-        let holders = d.holders.iter().map(|h| holdfast_core::FencingToken(h.token)).collect();
-        rec.record(K::HolderObserved { lock, since_ms: since, epoch: holdfast_core::Epoch(1), holders });
-    }
-    let _ = &mut c;
+    record_holders(&rec, &cell.client(leader).await, &["a", "b", "c"]).await;
     let history = rec.history();
     let report = holdfast_drills::checker::check(&history);
     eprintln!("{granted} grants acknowledged, {} history lines", history.events.len());

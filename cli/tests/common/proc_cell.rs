@@ -350,3 +350,38 @@ pub async fn cycles(rec: std::sync::Arc<Recorder>, clients: Vec<LockServiceClien
     }
     granted
 }
+
+/// Renews each of `sessions` every `every`, through the first of `clients` that
+/// answers (whichever node leads), until aborted.
+pub fn keep_alive(clients: Vec<LockServiceClient<Channel>>, sessions: Vec<u64>, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            for s in &sessions {
+                for c in &clients {
+                    if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), renew(&mut c.clone(), *s)).await {
+                        break;
+                    }
+                }
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
+}
+
+/// Reads each of `names` through `c` (after the workload) and records its holders, so
+/// the checker can tell an acknowledged grant that was lost.
+pub async fn record_holders(rec: &Recorder, c: &LockServiceClient<Channel>, names: &[&str]) {
+    use holdfast_drills::history::{EventKind as K, LockKey};
+    for name in names {
+        let since = rec.ms();
+        let d = until_ok("describe", || {
+            let mut c = c.clone();
+            async move { c.describe(pb::DescribeRequest { shard: shard(), name: (*name).into() }).await }
+        })
+        .await
+        .into_inner();
+        let lock = LockKey { ns: holdfast_core::NamespaceName::new("pay").unwrap(), name: holdfast_core::LockName::new(*name).unwrap() };
+        let holders = d.holders.iter().map(|h| holdfast_core::FencingToken(h.token)).collect();
+        rec.record(K::HolderObserved { lock, since_ms: since, epoch: holdfast_core::Epoch(1), holders });
+    }
+}
