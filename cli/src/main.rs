@@ -11,6 +11,7 @@ mod dev;
 mod drill;
 mod exec;
 mod gateway_cmd;
+mod logs;
 mod members;
 mod ops;
 mod registry_cmd;
@@ -25,6 +26,10 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log lines on stderr: text (colours only on a terminal) or json (one object per
+    /// line, for a log pipeline).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: logs::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -102,10 +107,7 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
-        .with_writer(std::io::stderr)
-        .init();
+    logs::init(cli.log_format, default_filter);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -86,6 +86,7 @@ impl Supervisor {
         };
         argv.push(self.exe.display().to_string());
         argv.extend(args.iter().cloned());
+        argv.extend(crate::logs::child_args());
         let pid = self.start(name, &argv, &log)?;
         let p = Proc { name: name.to_owned(), tier, pid, log, argv, netns: netns.map(str::to_owned), args };
         match self.procs.iter_mut().find(|p| p.name == name) {
