@@ -139,9 +139,13 @@ pub async fn run(cmd: MemberCmd) -> Result<(), String> {
     eprintln!("changing voters {voters:?} -> {target:?}");
     let after = change_voters(t, &endpoints, &target).await?;
     if let (Some(cell), Some(region)) = (&group.cell, &group.region) {
-        let members =
-            after.nodes.iter().filter(|(id, _)| target.contains(id)).map(|(id, n)| format!("{id}={},{}", n.raft_addr, n.client_addr)).collect::<Vec<_>>();
-        crate::ops::register_cell(crate::ops::RegisterCellArgs::new(group.gw.clone(), cell.clone(), region.clone(), members)).await?;
+        let members = after
+            .nodes
+            .iter()
+            .filter(|(id, _)| target.contains(id))
+            .map(|(id, n)| holdfast_proto::registry::v1::CellMember { node_id: *id, raft_addr: n.raft_addr.clone(), client_addr: n.client_addr.clone() })
+            .collect();
+        crate::ops::record_cell(&group.gw, cell.clone(), region.clone(), members).await?;
     } else {
         let m = find_leader(t, &endpoints).await?.1;
         emit(group.gw.output, &members_view(&m));

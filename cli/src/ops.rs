@@ -119,24 +119,24 @@ pub async fn retire_cell(a: RetireCellArgs) -> Result<(), String> {
     Ok(())
 }
 
-impl RegisterCellArgs {
-    pub fn new(gw: Gw, cell: String, region: String, members: Vec<String>) -> RegisterCellArgs {
-        RegisterCellArgs { gw, cell, region, members }
-    }
-}
-
 pub async fn register_cell(a: RegisterCellArgs) -> Result<(), String> {
     let members = a
         .members
         .iter()
         .map(|m| crate::serve::parse_member(m).map(|m| rpb::CellMember { node_id: m.node_id, raft_addr: m.raft_addr, client_addr: m.client_addr }))
         .collect::<Result<Vec<_>, _>>()?;
-    let req = rpb::RegisterCellRequest { cell: a.cell, region: a.region, members };
+    record_cell(&a.gw, a.cell, a.region, members).await
+}
+
+/// Records `cell` with `members` in the registry (`cell register`, and after a member
+/// change) and prints the record.
+pub async fn record_cell(gw: &Gw, cell: String, region: String, members: Vec<rpb::CellMember>) -> Result<(), String> {
+    let req = rpb::RegisterCellRequest { cell, region, members };
     // Recording a cell is an upsert of the same record: safe to send again.
-    let r = a.gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.register_cell(r).await })).await?;
+    let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.register_cell(r).await })).await?;
     let cell = r.cell.unwrap_or_default();
     let members: Vec<Value> = cell.members.iter().map(|m| json!({ "node_id": m.node_id, "raft": m.raft_addr, "client": m.client_addr })).collect();
-    emit(a.gw.output, &json!({ "cell": cell.cell, "region": cell.region, "members": members }));
+    emit(gw.output, &json!({ "cell": cell.cell, "region": cell.region, "members": members }));
     Ok(())
 }
 #[derive(Debug, Args, Clone)]

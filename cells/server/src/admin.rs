@@ -83,22 +83,25 @@ impl CellAdmin for CellAdminApi {
     async fn status(&self, _req: Request<pb::CellStatusRequest>) -> Result<Response<pb::CellStatusResponse>, Status> {
         let resp = self
             .cell
-            .read(|st| pb::CellStatusResponse {
-                shards: st
-                    .shards()
-                    .map(|s| pb::ShardInfo {
-                        ns: s.key.ns.to_string(),
-                        shard: s.key.shard.to_string(),
-                        epoch: s.epoch.0,
-                        seq: s.seq.0,
-                        sealed: s.sealed,
-                        keys: s.keys as u32,
-                        sessions: s.sessions as u32,
-                    })
-                    .collect(),
-                namespaces: st.namespaces().map(convert::namespace_to).collect(),
-                revision: st.revision().0,
-                sessions: st.session_countdowns().count() as u32,
+            .read(|st| {
+                let sessions = st.sessions_per_shard();
+                pb::CellStatusResponse {
+                    shards: st
+                        .shards()
+                        .map(|s| pb::ShardInfo {
+                            ns: s.key.ns.to_string(),
+                            shard: s.key.shard.to_string(),
+                            epoch: s.epoch.0,
+                            seq: s.seq.0,
+                            sealed: s.sealed,
+                            keys: s.keys as u32,
+                            sessions: sessions.get(&s.key).copied().unwrap_or(0) as u32,
+                        })
+                        .collect(),
+                    namespaces: st.namespaces().map(convert::namespace_to).collect(),
+                    revision: st.revision().0,
+                    sessions: st.session_countdowns().count() as u32,
+                }
             })
             .await?;
         Ok(Response::new(resp))

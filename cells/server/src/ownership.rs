@@ -266,7 +266,7 @@ mod tests {
     /// leaving itself out of the report (docs/registry.md, epoch bumps).
     #[test]
     fn a_shard_near_its_last_seq_is_left_out_of_the_report_to_get_the_next_epoch() {
-        let view = |s: &str, seq: u64, sealed: bool| ShardView { key: key(s), epoch: Epoch(7), seq: Seq(seq), sealed, keys: 0, sessions: 0 };
+        let view = |s: &str, seq: u64, sealed: bool| ShardView { key: key(s), epoch: Epoch(7), seq: Seq(seq), sealed, keys: 0 };
         let report = served(
             [view("fresh", 5, false), view("sealed", 5, true), view("nearly", Seq::BUMP_THRESHOLD.0 - 1, false), view("full", Seq::BUMP_THRESHOLD.0, false)]
                 .into_iter(),

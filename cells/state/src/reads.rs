@@ -72,8 +72,6 @@ pub struct ShardView {
     pub seq: Seq,
     pub sealed: bool,
     pub keys: usize,
-    /// Live sessions created in this shard.
-    pub sessions: usize,
 }
 
 /// A Watch asked for revisions this cell no longer keeps.
@@ -98,18 +96,17 @@ impl CellState {
     }
 
     pub fn shards(&self) -> impl Iterator<Item = ShardView> + '_ {
-        let mut sessions: std::collections::HashMap<&ShardKey, usize> = std::collections::HashMap::new();
+        self.shards.iter().map(|(key, s)| ShardView { key: key.clone(), epoch: s.epoch, seq: s.seq, sealed: s.sealed.is_some(), keys: s.locks.len() })
+    }
+
+    /// Live sessions per shard they were created in (one pass over the sessions: for
+    /// the admin status, not for the renewal loop that lists shards every second).
+    pub fn sessions_per_shard(&self) -> std::collections::HashMap<&ShardKey, usize> {
+        let mut n = std::collections::HashMap::new();
         for s in self.sessions.values() {
-            *sessions.entry(&s.home).or_default() += 1;
+            *n.entry(&s.home).or_default() += 1;
         }
-        self.shards.iter().map(move |(key, s)| ShardView {
-            key: key.clone(),
-            epoch: s.epoch,
-            seq: s.seq,
-            sealed: s.sealed.is_some(),
-            keys: s.locks.len(),
-            sessions: sessions.get(key).copied().unwrap_or(0),
-        })
+        n
     }
 
     pub fn describe(&self, key: &ShardKey, name: &LockName) -> Result<LockView, CellError> {
