@@ -30,6 +30,11 @@ struct Cli {
     /// line, for a log pipeline).
     #[arg(long, global = true, value_enum, default_value = "text")]
     log_format: logs::LogFormat,
+    /// Export traces over OTLP/gRPC to this collector (`http://host:4317`). Also on
+    /// with the standard OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_SERVICE_NAME,
+    /// OTEL_TRACES_SAMPLER and the other OTEL_* variables are honoured.
+    #[arg(long, global = true)]
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,13 +112,23 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    logs::init(cli.log_format, default_filter);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
+    };
+    let service = match &cli.cmd {
+        Cmd::Cell(_) => "holdfast-cell",
+        Cmd::Registry(_) => "holdfast-registry",
+        Cmd::Gateway(_) => "holdfast-gateway",
+        _ => "holdfast",
+    };
+    // The trace exporter's channel lives on the runtime.
+    let traces = {
+        let _in_runtime = rt.enter();
+        logs::init(cli.log_format, default_filter, cli.otlp_endpoint.as_deref(), service)
     };
     let result = rt.block_on(async {
         match cli.cmd {
@@ -137,6 +152,10 @@ fn main() -> ExitCode {
             Cmd::DemoWorker(a) => demo::worker(a).await,
         }
     });
+    if let Some(t) = traces {
+        let _in_runtime = rt.enter();
+        t.shutdown();
+    }
     // Do not wait for lingering connections once the command is done.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));
     match result {

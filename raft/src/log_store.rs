@@ -17,6 +17,7 @@ use rocksdb::{Direction, IteratorMode, WriteBatch};
 use tracing::debug;
 
 use crate::rocks::{cf, decode, encode, io_err, synced, Db, CF_LOGS, CF_META};
+use crate::stages::Stages;
 use crate::types::{Entry, IoFlushed, LogId, TypeConfig, Vote};
 
 const KEY_VOTE: &[u8] = b"vote";
@@ -28,6 +29,8 @@ const KEY_LAST_PURGED: &[u8] = b"last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Db>,
+    /// Where each append's start and end are marked (`crate::stages`).
+    stages: Arc<Stages>,
 }
 
 impl fmt::Debug for LogStore {
@@ -49,7 +52,12 @@ fn index_of_key(k: &[u8]) -> io::Result<u64> {
 impl LogStore {
     /// A log store on a database opened with [`crate::rocks::open_db`].
     pub fn new(db: Arc<Db>) -> Self {
-        LogStore { db }
+        LogStore { db, stages: Arc::default() }
+    }
+
+    /// This store, marking its appends in `stages` (the node's).
+    pub fn marking(self, stages: Arc<Stages>) -> Self {
+        LogStore { stages, ..self }
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(&self, k: &[u8]) -> io::Result<Option<T>> {
@@ -139,16 +147,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let logs = cf(&self.db, CF_LOGS);
         let mut batch = WriteBatch::default();
-        let mut last = None;
+        let mut indexes = Vec::new();
         for entry in entries {
             batch.put_cf(logs, key(entry.log_id.index), encode(&entry)?);
-            last = Some(entry.log_id.index);
+            indexes.push(entry.log_id.index);
         }
+        let last = indexes.last();
         // Synced before the callback: openraft counts this node's copy towards the quorum
         // as soon as the callback fires.
         let started = std::time::Instant::now();
         let res = self.db.write_opt(batch, &synced()).map_err(io_err);
-        metrics::histogram!(holdfast_core::metric_names::RAFT_FSYNC).record(started.elapsed().as_secs_f64());
+        let ended = std::time::Instant::now();
+        metrics::histogram!(holdfast_core::metric_names::RAFT_FSYNC).record(ended.duration_since(started).as_secs_f64());
+        self.stages.appended(&indexes, started, ended);
         debug!(last_index = ?last, ok = res.is_ok(), "entries appended (synced)");
         match res {
             Ok(()) => {

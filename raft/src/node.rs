@@ -185,8 +185,8 @@ impl<S: ReplicatedState> RaftNode<S> {
 
         let db = open_db(&config.data_dir)?;
         let db_closed = db.closed();
-        let log_store = LogStore::new(db.clone());
-        let sm = StateMachineStore::open(db, initial)?;
+        let sm = StateMachineStore::open(db.clone(), initial)?;
+        let log_store = LogStore::new(db).marking(sm.stages());
         let state = sm.handle();
         let election_max = Duration::from_millis(raft_config.election_timeout_max);
         let raft = Raft::new(config.node_id, raft_config, network, log_store, sm).await?;

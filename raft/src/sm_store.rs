@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::rocks::{cf, decode, encode, io_err, synced, Db, CF_SM};
+use crate::stages::Stages;
 use crate::types::{EntryPayload, EntryResponder, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 
 const KEY_SNAPSHOT: &[u8] = b"snapshot";
@@ -60,11 +61,12 @@ pub fn undecodable(what: &str, log_index: u64, e: &dyn std::fmt::Display) -> io:
 pub struct StateHandle<S> {
     state: Arc<RwLock<S>>,
     applied: watch::Receiver<Option<u64>>,
+    stages: Arc<Stages>,
 }
 
 impl<S> Clone for StateHandle<S> {
     fn clone(&self) -> Self {
-        StateHandle { state: self.state.clone(), applied: self.applied.clone() }
+        StateHandle { state: self.state.clone(), applied: self.applied.clone(), stages: self.stages.clone() }
     }
 }
 
@@ -75,6 +77,11 @@ impl<S> fmt::Debug for StateHandle<S> {
 }
 
 impl<S: ReplicatedState> StateHandle<S> {
+    /// The stage marks of this node's writes (`crate::stages`).
+    pub fn stages(&self) -> &Stages {
+        &self.stages
+    }
+
     /// Runs `f` on the state under a read lock. Keep `f` short: applying waits for it.
     pub fn read<T>(&self, f: impl FnOnce(&S) -> T) -> T {
         f(&read_lock(&self.state))
@@ -133,6 +140,8 @@ pub struct StateMachineStore<S> {
     last_membership: StoredMembership,
     /// Serializes "compare with the stored snapshot, then replace it".
     snapshot_write: Arc<Mutex<()>>,
+    /// Where each apply's start and end are marked (`crate::stages`).
+    stages: Arc<Stages>,
 }
 
 impl<S> fmt::Debug for StateMachineStore<S> {
@@ -155,12 +164,25 @@ impl<S: ReplicatedState> StateMachineStore<S> {
             None => (None, StoredMembership::default()),
         };
         let (applied_tx, _) = watch::channel(last_applied.as_ref().map(|l| l.index));
-        Ok(StateMachineStore { db, state: Arc::new(RwLock::new(initial)), applied_tx, last_applied, last_membership, snapshot_write: Arc::new(Mutex::new(())) })
+        Ok(StateMachineStore {
+            db,
+            state: Arc::new(RwLock::new(initial)),
+            applied_tx,
+            last_applied,
+            last_membership,
+            snapshot_write: Arc::new(Mutex::new(())),
+            stages: Arc::default(),
+        })
     }
 
     /// A read handle on the state; stays valid for the life of the node.
     pub fn handle(&self) -> StateHandle<S> {
-        StateHandle { state: self.state.clone(), applied: self.applied_tx.subscribe() }
+        StateHandle { state: self.state.clone(), applied: self.applied_tx.subscribe(), stages: self.stages.clone() }
+    }
+
+    /// The stage marks of this node (its log store marks appends in them too).
+    pub fn stages(&self) -> Arc<Stages> {
+        self.stages.clone()
     }
 
     fn write_lock(&self) -> std::sync::RwLockWriteGuard<'_, S> {
@@ -241,7 +263,9 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
                 EntryPayload::Normal(req) => {
                     // An unreadable entry stops this node (openraft's fatal error,
                     // then `Serving`'s exit): it must not apply a different history.
+                    let started = std::time::Instant::now();
                     let payload = self.write_lock().apply(index, &req.payload)?;
+                    self.stages.applied(index, started, std::time::Instant::now());
                     Response { payload }
                 }
                 EntryPayload::Membership(m) => {

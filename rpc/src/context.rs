@@ -34,7 +34,8 @@ pub struct CallContext {
     /// When the caller stops waiting, on this process's monotonic clock (from the
     /// gRPC `grpc-timeout` header).
     pub deadline: Option<Instant>,
-    /// W3C trace context, passed on unchanged.
+    /// W3C trace context as the caller sent it: passed on unchanged when this process
+    /// exports no traces, else replaced by the current span's (`crate::trace`).
     pub traceparent: Option<String>,
     pub tracestate: Option<String>,
 }
@@ -143,8 +144,13 @@ impl CallContext {
             r.set_timeout(left.max(Duration::from_millis(1)));
         }
         let on_behalf_of = (self.peer.is_some() || self.claimed_identity.is_some()).then(|| self.identity());
+        // The span current here, when traces are exported; else the caller's, unchanged.
+        let (traceparent, tracestate) = match crate::trace::outgoing() {
+            Some((tp, ts)) => (Some(tp), ts),
+            None => (self.traceparent.clone(), self.tracestate.clone()),
+        };
         let md = r.metadata_mut();
-        for (k, v) in [(IDENTITY_METADATA, &on_behalf_of), (TRACEPARENT, &self.traceparent), (TRACESTATE, &self.tracestate)] {
+        for (k, v) in [(IDENTITY_METADATA, &on_behalf_of), (TRACEPARENT, &traceparent), (TRACESTATE, &tracestate)] {
             if let Some(v) = v.as_deref().and_then(|v| v.parse().ok()) {
                 md.insert(k, v);
             }

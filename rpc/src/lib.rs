@@ -15,7 +15,9 @@
 //! - [`bearer`]: bearer tokens, for callers without a client certificate;
 //! - [`tls`]: mutual TLS — the certificates a process presents and trusts, reloaded
 //!   without a restart, and the [`Identity`] a peer's certificate proves;
-//! - [`Tasks`]: a server's named background tasks under its shutdown.
+//! - [`Tasks`]: a server's named background tasks under its shutdown;
+//! - [`trace`]: the W3C trace context read at the door into the span serving a call,
+//!   and carried on every call made for it.
 //!
 //! What does not: any service's semantics, protobuf types (`holdfast-proto`), openraft
 //! or RocksDB. Nothing outside this crate builds a channel or a server: a test in
@@ -32,13 +34,14 @@ pub mod serve;
 pub mod status;
 pub mod tasks;
 pub mod tls;
+pub mod trace;
 pub mod transport;
 pub mod upstream;
 
 pub use bearer::BearerToken;
 pub use context::CallContext;
 pub use retry::{Backoff, RetryPolicy};
-pub use serve::{GrpcRouter, Peer};
+pub use serve::{GrpcRouter, GrpcServer, Peer};
 pub use status::{status, Answer};
 pub use tasks::Tasks;
 pub use tls::{CertFiles, Identity, Security, TlsMaterial, TlsOptions};

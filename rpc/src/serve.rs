@@ -29,7 +29,9 @@ pub const MAX_HTTP_BODY_BYTES: usize = 64 * 1024;
 const MAX_HANDSHAKES: usize = 256;
 
 /// The router every gRPC server of holdfast serves (see `Transport::grpc_server`).
-pub type GrpcRouter = tonic::transport::server::Router;
+pub type GrpcRouter = tonic::transport::server::Router<tower::layer::util::Stack<crate::trace::ServerSpans, tower::layer::util::Identity>>;
+/// The gRPC server builder every listener starts from ([`crate::Transport::grpc_server`]).
+pub type GrpcServer = tonic::transport::Server<tower::layer::util::Stack<crate::trace::ServerSpans, tower::layer::util::Identity>>;
 
 /// Who is on the other end of a connection, as the transport established it. Found in
 /// every gRPC request's extensions and as axum's `ConnectInfo<Peer>`.

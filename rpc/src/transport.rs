@@ -9,8 +9,9 @@
 //! TLS; without, plaintext — which a server only does when told `--insecure`.
 
 use crate::connect::Connector;
-use crate::serve::{self, GrpcRouter};
+use crate::serve::{self, GrpcRouter, GrpcServer};
 use crate::tls::{Identity, Security};
+use crate::trace::ServerSpans;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -217,8 +218,20 @@ impl Transport {
         }
     }
 
-    /// A gRPC server with this transport's limits; add services, then [`Transport::serve_grpc`].
-    pub fn grpc_server(&self) -> tonic::transport::Server {
+    /// A gRPC server with this transport's limits, inside the cluster: calls that come
+    /// with a trace continue it ([`crate::trace`]). Add services, then
+    /// [`Transport::serve_grpc`].
+    pub fn grpc_server(&self) -> GrpcServer {
+        self.grpc_server_with(ServerSpans::internal())
+    }
+
+    /// A gRPC server at a front door (a gateway's): every call is traced, and
+    /// `observer` sees each answer.
+    pub fn grpc_front_door(&self, observer: crate::trace::Observer) -> GrpcServer {
+        self.grpc_server_with(ServerSpans::front_door(observer))
+    }
+
+    fn grpc_server_with(&self, spans: ServerSpans) -> GrpcServer {
         let o = &self.inner.options;
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_millis(o.keepalive_interval_ms)))
@@ -226,6 +239,7 @@ impl Transport {
             .max_concurrent_streams(o.max_concurrent_streams)
             // Bounded header blocks: a request's metadata is small.
             .http2_max_header_list_size(64 * 1024)
+            .layer(spans)
     }
 
     /// Serves `router` on `listener` until `shutdown` completes, then drains the
