@@ -34,6 +34,9 @@ pub struct RunArgs {
     /// `--region` is for logs only.
     #[command(flatten)]
     node: NodeArgs,
+    /// Serve /metrics, /healthz and /readyz on this address.
+    #[arg(long)]
+    metrics_addr: Option<String>,
 }
 
 pub async fn run(cmd: RegistryCmd) -> Result<(), String> {
@@ -45,7 +48,7 @@ pub async fn run(cmd: RegistryCmd) -> Result<(), String> {
 }
 
 async fn run_node(a: RunArgs) -> Result<(), String> {
-    let cfg = RegistryConfig::load(a.node.config(), &a.node.overrides([])).map_err(|e| e.to_string())?;
+    let cfg = RegistryConfig::load(a.node.config(), &a.node.overrides([("metrics_addr", a.metrics_addr)])).map_err(|e| e.to_string())?;
     if a.node.print_config() {
         return crate::serve::print_config(&cfg);
     }

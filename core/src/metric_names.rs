@@ -22,8 +22,13 @@ pub const RAFT_COMMIT_INDEX: &str = "holdfast_raft_commit_index";
 pub const RAFT_APPLIED_INDEX: &str = "holdfast_raft_applied_index";
 pub const RAFT_FSYNC: &str = "holdfast_raft_fsync_seconds";
 pub const RAFT_PROPOSE: &str = "holdfast_raft_propose_seconds";
+pub const RAFT_STAGE: &str = "holdfast_raft_stage_seconds";
 // ---- ownership
 pub const SHARD_EPOCH: &str = "holdfast_shard_epoch";
+// ---- registry
+pub const OWNERSHIP_LEASE_LAPSES: &str = "holdfast_ownership_lease_lapses_total";
+pub const MOVES_IN_PROGRESS: &str = "holdfast_registry_moves_in_progress";
+pub const MOVE_AGE_MAX: &str = "holdfast_registry_move_age_seconds_max";
 // ---- sessions (cell)
 pub const SESSIONS_EXPIRED: &str = "holdfast_sessions_expired_total";
 pub const CHECKPOINT_SESSIONS: &str = "holdfast_checkpoint_sessions";
@@ -31,3 +36,12 @@ pub const CHECKPOINT_SESSIONS: &str = "holdfast_checkpoint_sessions";
 pub const GATEWAY_STALE_ROUTES: &str = "holdfast_gateway_stale_routes_total";
 pub const GATEWAY_UNFENCED_GRANTS: &str = "holdfast_gateway_unfenced_grants_total";
 pub const GATEWAY_RATE_LIMITED: &str = "holdfast_gateway_rate_limited_total";
+pub const GATEWAY_REQUESTS: &str = "holdfast_gateway_requests_total";
+pub const GATEWAY_REQUEST_DURATION: &str = "holdfast_gateway_request_duration_seconds";
+pub const GATEWAY_UPSTREAM_DURATION: &str = "holdfast_gateway_upstream_duration_seconds";
+pub const GATEWAY_FAIL_CLOSED: &str = "holdfast_gateway_fail_closed_refusals_total";
+pub const GATEWAY_PLACEMENT_REFRESHES: &str = "holdfast_gateway_placement_refreshes_total";
+pub const GATEWAY_PLACEMENT_AGE: &str = "holdfast_gateway_placement_age_seconds";
+// ---- safety signals derived at the edges (docs/observability.md says how)
+pub const HOLDER_OVERLAP: &str = "lock_holder_overlap_seconds";
+pub const HELD_WITHOUT_PROGRESS: &str = "lock_held_without_progress_seconds";

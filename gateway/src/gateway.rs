@@ -214,6 +214,7 @@ impl Gateway {
                 Ok(pb::AcquireResponse { token: 0, ttl_remaining_ms: 0, epoch: 0, unfenced: true })
             }
             Err(CallError::Unreachable(why)) => {
+                metrics::counter!(m::GATEWAY_FAIL_CLOSED, "ns" => key.ns.to_string()).increment(1);
                 Err(status(ErrorCode::Unavailable, format!("the cell serving {key} cannot be reached ({why}); namespace {} is fail-closed", key.ns)))
             }
             Err(e) => Err(e.into_status()),
@@ -267,7 +268,7 @@ impl Gateway {
         let ctx = &self.access.authorize(ctx, &need)?;
         self.placement
             .registry()
-            .call(self.budget(ctx), |ch| f(RegistryServiceClient::new(ch), ctx.request(req.clone())))
+            .call(self.budget(ctx), |ch| crate::route::timed("registry", f(RegistryServiceClient::new(ch), ctx.request(req.clone()))))
             .await
             .map(|c| c.value)
             .map_err(|e| e.without_hint().into_status())

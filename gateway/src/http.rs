@@ -36,7 +36,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = code_of(&self.0).unwrap_or(ErrorCode::Unavailable);
         let http = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        (http, Json(ErrorBody { code, message: self.0.message().to_owned() })).into_response()
+        let mut resp = (http, Json(ErrorBody { code, message: self.0.message().to_owned() })).into_response();
+        // For the front door's count (`door.rs`).
+        resp.extensions_mut().insert(code);
+        resp
     }
 }
 
@@ -114,6 +117,7 @@ pub fn router(gw: Gateway) -> Router {
         .route("/v1/shards/{ns}/{shard}/owner", get(owner))
         .route("/v1/shards/{ns}/{shard}/move", post(move_shard))
         .route("/v1/admin/locks/{ns}/{shard}/{name}/break", post(break_lock))
+        .layer(axum::middleware::from_fn(crate::door::http_layer))
         .with_state(gw)
 }
 

@@ -6,13 +6,15 @@
 //! `holdfast_client::upstream`: one `NOT_LEADER` hint followed), limits acquires per
 //! namespace (`limits`), applies the
 //! namespace's failure posture when the cell cannot be reached (`gateway`), and serves
-//! it all over gRPC (`grpc`, with health and reflection) and HTTP/JSON (`http`).
+//! it all over gRPC (`grpc`, with health and reflection) and HTTP/JSON (`http`), each
+//! call counted and traced at the door (`door`).
 //!
 //! What does not live here: any lock state (the cells'), any placement decision (the
 //! registry's). Client crates only: openraft and RocksDB never reach this crate.
 
 pub mod access;
 pub mod config;
+pub mod door;
 pub mod gateway;
 pub mod grpc;
 pub mod http;

@@ -5,6 +5,7 @@
 //! view is stale. Cells and namespaces, which the watch does not carry, are re-listed
 //! every few seconds.
 
+use holdfast_core::metric_names as m;
 use holdfast_core::{NamespaceConfig, NamespaceName, ShardKey};
 use holdfast_proto::convert::{namespace_from, shard_key};
 use holdfast_proto::registry::v1 as rpb;
@@ -23,6 +24,12 @@ const REWATCH: Duration = Duration::from_millis(500);
 /// interval: callers naming random namespaces queue for their turn instead of making
 /// the gateway hammer the registry. A namespace created a moment ago is still found.
 const ON_DEMAND_EVERY: Duration = Duration::from_millis(250);
+
+/// Counts one placement read from the registry.
+fn refreshed<T>(scope: &'static str, r: &Result<T, CallError>) {
+    let result = if r.is_ok() { "ok" } else { "error" };
+    metrics::counter!(m::GATEWAY_PLACEMENT_REFRESHES, "scope" => scope, "result" => result).increment(1);
+}
 
 /// Where one shard lives, as far as this gateway knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,8 +136,9 @@ impl Placement {
                 let req = req.clone();
                 async move { RegistryServiceClient::new(ch).get_owner(req).await }
             })
-            .await?
-            .value;
+            .await;
+        refreshed("shard", &r);
+        let r = r?.value;
         let o = r.owner.ok_or_else(|| CallError::Unreachable("the registry answered without an owner".into()))?;
         let owner = owner_from(&o);
         let known_cell = {
@@ -178,11 +186,10 @@ impl Placement {
 
     /// Lists every shard; returns the revision the listing reflects.
     async fn list_shards(&self) -> Result<u64, CallError> {
-        let r = self
-            .registry
-            .call(self.budget(), |ch| async move { RegistryServiceClient::new(ch).list_shards(rpb::ListShardsRequest::default()).await })
-            .await?
-            .value;
+        let r =
+            self.registry.call(self.budget(), |ch| async move { RegistryServiceClient::new(ch).list_shards(rpb::ListShardsRequest::default()).await }).await;
+        refreshed("all", &r);
+        let r = r?.value;
         let mut shards = HashMap::new();
         for o in &r.shards {
             if let Ok(key) = shard_key(o.ns.clone(), o.shard.clone()) {
@@ -202,13 +209,19 @@ impl Placement {
     pub fn follow(self: &Arc<Self>, tasks: &Tasks) {
         let me = self.clone();
         tasks.spawn("placement relister", async move {
+            // When the registry last answered a listing: its age is the gauge an alert
+            // reads ("registry unreachable"), refreshed every round.
+            let mut answered: Option<Instant> = None;
+            let started = Instant::now();
             loop {
-                if let Err(e) = me.list_cells().await {
-                    debug!(error = %e, "listing cells failed");
+                let cells = me.list_cells().await;
+                let namespaces = me.list_namespaces().await;
+                match (&cells, &namespaces) {
+                    (Ok(()), Ok(())) => answered = Some(Instant::now()),
+                    (Err(e), _) | (_, Err(e)) => debug!(error = %e, "listing placement failed"),
                 }
-                if let Err(e) = me.list_namespaces().await {
-                    debug!(error = %e, "listing namespaces failed");
-                }
+                let age = answered.unwrap_or(started).elapsed();
+                metrics::gauge!(m::GATEWAY_PLACEMENT_AGE).set(age.as_secs_f64());
                 tokio::time::sleep(RELIST).await;
             }
         });

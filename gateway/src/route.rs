@@ -12,7 +12,7 @@ use holdfast_rpc::status::status;
 use holdfast_rpc::{Budget, CallError, Channel};
 use std::future::Future;
 use std::sync::Arc;
-use tracing::debug;
+use tracing::{debug, Instrument};
 
 /// The cell does not serve the shard as the gateway believed.
 fn disowned(code: ErrorCode) -> bool {
@@ -39,6 +39,14 @@ where
     route(placement, key, budget, false, f).await.map_err(CallError::without_hint)
 }
 
+/// One upstream attempt, timed (`holdfast_gateway_upstream_duration_seconds{target}`).
+pub async fn timed<T>(target: &'static str, attempt: impl Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let answer = attempt.await;
+    metrics::histogram!(m::GATEWAY_UPSTREAM_DURATION, "target" => target).record(started.elapsed().as_secs_f64());
+    answer
+}
+
 async fn route<T, F, Fut>(placement: &Arc<Placement>, key: &ShardKey, budget: Budget, refresh: bool, f: F) -> Result<T, CallError>
 where
     F: Fn(Channel, Owner) -> Fut,
@@ -54,7 +62,11 @@ where
             return Err(CallError::Unreachable(format!("cell {} of shard {key} has no known members", owner.cell)));
         };
         let o = owner.clone();
-        match cell.call(budget, |ch| f(ch, o.clone())).await {
+        let called = cell
+            .call(budget, |ch| timed("cell", f(ch, o.clone())))
+            .instrument(tracing::info_span!("gateway.upstream", cell = %owner.cell, epoch = owner.epoch))
+            .await;
+        match called {
             Ok(called) => return Ok(called.value),
             Err(CallError::Refused { code, status: s }) if disowned(code) && !refreshed => {
                 metrics::counter!(m::GATEWAY_STALE_ROUTES, "ns" => key.ns.to_string()).increment(1);

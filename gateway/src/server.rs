@@ -82,7 +82,7 @@ impl GatewayServer {
             });
         }
         let router = transport
-            .grpc_server()
+            .grpc_front_door(crate::door::grpc_observer())
             .add_service(health_svc)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use holdfast_core::ErrorCode;
 use holdfast_rpc::CancellationToken;
 use tonic::Status;
-use tracing::warn;
+use tracing::{warn, Instrument};
 
 use crate::error::WriteError;
 use crate::node::current_metrics;
@@ -56,6 +56,21 @@ impl<S: ReplicatedState> Group<S> {
 
     pub fn raft(&self) -> &Raft<S> {
         &self.raft
+    }
+
+    /// Sets this node's Raft health gauges (`holdfast_raft_*{group, node}`): whether it
+    /// knows a leader, leads, its term, commit and applied indexes. Servers call it
+    /// every second; `group` names the group in the labels (a cell's name, "registry").
+    pub fn record_health(&self, group: &str) {
+        use holdfast_core::metric_names as m;
+        let rm = current_metrics(&self.raft);
+        let labels = [("group", group.to_owned()), ("node", self.node_id.to_string())];
+        let leads = rm.current_leader == Some(self.node_id);
+        metrics::gauge!(m::RAFT_HAS_LEADER, &labels).set(f64::from(u8::from(rm.current_leader.is_some())));
+        metrics::gauge!(m::RAFT_IS_LEADER, &labels).set(f64::from(u8::from(leads)));
+        metrics::gauge!(m::RAFT_TERM, &labels).set(rm.current_term as f64);
+        metrics::gauge!(m::RAFT_COMMIT_INDEX, &labels).set(rm.local_committed.as_ref().map_or(0, |l| l.index) as f64);
+        metrics::gauge!(m::RAFT_APPLIED_INDEX, &labels).set(rm.last_applied.as_ref().map_or(0, |l| l.index) as f64);
     }
 
     /// The applied state, as of now on this node (not linearizable: see [`Group::read`]).
@@ -114,7 +129,11 @@ impl<S: ReplicatedState> Group<S> {
     /// `Status`: `NOT_LEADER`, or `UNAVAILABLE` when the outcome is unknown — the entry
     /// may still commit, so the caller retries with the same request id and gets the
     /// real outcome.
-    pub async fn propose(&self, _leader: Leader, payload: Vec<u8>) -> Result<Vec<u8>, Status> {
+    pub async fn propose(&self, leader: Leader, payload: Vec<u8>) -> Result<Vec<u8>, Status> {
+        self.propose_timed(leader, payload).instrument(tracing::info_span!("raft.propose", group = self.name)).await
+    }
+
+    async fn propose_timed(&self, _leader: Leader, payload: Vec<u8>) -> Result<Vec<u8>, Status> {
         let started = std::time::Instant::now();
         let write = self.raft.client_write(Request::new(payload));
         // A leader that lost its quorum would hold the call forever.
@@ -127,7 +146,11 @@ impl<S: ReplicatedState> Group<S> {
                 )
             })?
             .map_err(|e| WriteError::from(e).to_status())?;
-        metrics::histogram!(holdfast_core::metric_names::RAFT_PROPOSE).record(started.elapsed().as_secs_f64());
+        let answered = std::time::Instant::now();
+        metrics::histogram!(holdfast_core::metric_names::RAFT_PROPOSE).record(answered.duration_since(started).as_secs_f64());
+        if let Some(marks) = self.state.stages().take(r.log_id.index) {
+            crate::stages::record(started, &marks, answered);
+        }
         Ok(r.data.payload)
     }
 

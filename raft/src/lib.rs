@@ -45,6 +45,7 @@ mod service;
 mod serving;
 pub mod settings;
 mod sm_store;
+pub mod stages;
 pub mod types;
 
 #[cfg(feature = "test-support")]

@@ -6,7 +6,13 @@
 //! name, so `promtool check metrics` finds a HELP and TYPE line for each. Names follow
 //! docs/design.md ("Metrics"); the `holdfast_` ones are ours.
 //!
-//! What does not live here: deciding what to measure (each server does), tracing setup.
+//! Traces: [`traces`] builds the OTLP pipeline a process installs under its
+//! `tracing` subscriber (off unless an endpoint is configured).
+//!
+//! What does not live here: deciding what to measure (each server does), the
+//! subscriber itself (the command line's), trace propagation (`holdfast_rpc::trace`).
+
+pub mod traces;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,7 +20,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use metrics::Unit;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -22,6 +28,15 @@ pub use holdfast_core::metric_names as names;
 
 /// Latency buckets, seconds: from a fast in-region grant (sub-ms) to a long wait.
 const BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+/// The stages of one Raft write: an fsync here takes ~0.15 ms, a whole write ~1 ms,
+/// so the buckets start at 50 µs.
+const RAFT_BUCKETS: &[f64] = &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+/// Holds, queue waits and overlaps: seconds to hours.
+const LONG_BUCKETS: &[f64] = &[0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0];
+/// A gauge not set for this long is dropped from `/metrics`: the series of a lock
+/// that no longer has waiters, a shard this cell no longer serves. Every gauge a
+/// server keeps is refreshed at least every few seconds, so only gone ones lapse.
+const GAUGE_IDLE: Duration = Duration::from_secs(60);
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -30,7 +45,14 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 pub fn install() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().set_buckets(BUCKETS).expect("static buckets are valid").build_recorder();
+            let mut builder = PrometheusBuilder::new()
+                .set_buckets(BUCKETS)
+                .expect("static buckets are valid")
+                .idle_timeout(metrics_util::MetricKindMask::GAUGE, Some(GAUGE_IDLE));
+            for (name, buckets) in per_metric_buckets() {
+                builder = builder.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets).expect("static buckets are valid");
+            }
+            let recorder = builder.build_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (a test harness); then ours
             // only renders what it records, which is still a valid exposition.
@@ -43,10 +65,26 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
+fn per_metric_buckets() -> [(&'static str, &'static [f64]); 6] {
+    use names::*;
+    [
+        (RAFT_FSYNC, RAFT_BUCKETS),
+        (RAFT_STAGE, RAFT_BUCKETS),
+        (RAFT_PROPOSE, RAFT_BUCKETS),
+        (HOLD_TIME, LONG_BUCKETS),
+        (ACQUIRE_WAIT, LONG_BUCKETS),
+        (HOLDER_OVERLAP, LONG_BUCKETS),
+    ]
+}
+
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     use names::*;
-    describe_histogram!(ACQUIRE_LATENCY, Unit::Seconds, "Time from an Acquire call's arrival to its answer, by namespace (granted calls).");
+    describe_histogram!(
+        ACQUIRE_LATENCY,
+        Unit::Seconds,
+        "Service time of a granted Acquire at the cell, by namespace: from the call's arrival to its answer, less the time it waited in the lock's queue."
+    );
     describe_counter!(ACQUIRE_ERRORS, "Acquire calls answered with an error, by namespace and stable error code.");
     describe_counter!(RENEW_FAILURES, "Session renewals that failed, by namespace.");
     describe_counter!(LEASE_EXPIRED_WHILE_HELD, "Sessions the client found lost while it still held a lock, by namespace (SDK).");
@@ -76,6 +114,36 @@ fn describe() {
         "Acquires answered with an unfenced grant because the cell was unreachable and the namespace is fail-open, by namespace."
     );
     describe_counter!(GATEWAY_RATE_LIMITED, "Acquires refused with RATE_LIMITED, by namespace.");
+    describe_histogram!(
+        RAFT_STAGE,
+        Unit::Seconds,
+        "On a leader, the stages of a committed proposal by stage: append (the leader's log write and fsync), commit (from the append's start until a quorum has it), apply (the state machine)."
+    );
+    describe_counter!(
+        OWNERSHIP_LEASE_LAPSES,
+        "Shards the registry transferred because their cell's ownership lease ran out (an unplanned move completed), by the cell that lost them."
+    );
+    describe_gauge!(MOVES_IN_PROGRESS, "Shard moves the registry has begun and not finished (registry leader; followers report 0).");
+    describe_gauge!(MOVE_AGE_MAX, Unit::Seconds, "Age of the oldest shard move in progress, 0 when none (registry leader).");
+    describe_counter!(GATEWAY_REQUESTS, "Calls answered at the gateway's front door, by front (grpc, http), route and stable code (OK on success).");
+    describe_histogram!(GATEWAY_REQUEST_DURATION, Unit::Seconds, "Time from a call's arrival at the gateway to its answer, by front and route.");
+    describe_histogram!(GATEWAY_UPSTREAM_DURATION, Unit::Seconds, "One upstream attempt of the gateway, by target (cell, registry).");
+    describe_counter!(
+        GATEWAY_FAIL_CLOSED,
+        "Acquires refused with UNAVAILABLE because the cell was unreachable and the namespace is fail-closed, by namespace."
+    );
+    describe_counter!(GATEWAY_PLACEMENT_REFRESHES, "Placement reads from the registry, by scope (all, shard) and result (ok, error).");
+    describe_gauge!(GATEWAY_PLACEMENT_AGE, Unit::Seconds, "Seconds since the gateway last listed the whole placement from the registry.");
+    describe_histogram!(
+        HOLDER_OVERLAP,
+        Unit::Seconds,
+        "At a fenced resource, by namespace: a write with an older token arrived this long after the first write of a newer one (two holders acted at once)."
+    );
+    describe_gauge!(
+        HELD_WITHOUT_PROGRESS,
+        Unit::Seconds,
+        "SDK, by namespace: the longest time a lock held by this process has gone without its worker reporting progress (locks that report progress)."
+    );
     describe_gauge!(CHECKPOINT_SESSIONS, "Sessions listed in the last checkpoint the leader proposed (sessions that did not renew).");
 }
 

@@ -74,6 +74,9 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
                 Command::ExpireSession { session } => cell.group.state().read(|m| m.state().session(*session).map(|v| v.home.ns)),
                 _ => None,
             };
+            if let Command::Checkpoint { sessions } = &cmd {
+                metrics::gauge!(holdfast_core::metric_names::CHECKPOINT_SESSIONS).set(sessions.len() as f64);
+            }
             let failed = matches!(cmd, Command::Checkpoint { .. }).then(|| cmd.clone());
             match cell.propose(leader, cmd).await {
                 Ok(Ok(_)) => {

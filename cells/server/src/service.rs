@@ -19,7 +19,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{debug, info};
+use tracing::{debug, info, Instrument};
 
 /// After a wait's deadline, how long the call waits for the leader's `CancelWait` to
 /// commit before it answers "outcome unknown".
@@ -221,13 +221,15 @@ impl LockService for LockApi {
             Command::Acquire { shard: shard.clone(), epoch, name: name.clone(), session, mode, request_id: rid.clone(), value: r.value, wait: !wait.is_zero() };
         if let Err(e) = self.cell.check_session_room(session, &rid).and_then(|()| self.cell.may_propose(&cmd)) {
             let result = Err(e);
-            crate::metrics::acquire_answered(&shard.ns, started, &result);
+            crate::metrics::acquire_answered(&shard.ns, started, Duration::ZERO, &result);
             return result;
         }
         // Armed before proposing: a grant may commit before we hear "queued".
         // Dropped (and the wake-up with it) however this call ends.
         let mut armed = (!wait.is_zero()).then(|| self.cell.hooks.arm_guarded(session, rid.clone()));
         let outcome = self.cell.propose(leader, cmd).await;
+        // Time spent in the lock's queue: not service time (`metrics.rs`).
+        let mut queue_time = Duration::ZERO;
         let granted = |token: FencingToken| {
             debug!(shard = %shard, lock = %name, session = %session, token = token.0, "granted");
             Ok(Response::new(pb::AcquireResponse { token: token.0, ttl_remaining_ms: self.ttl_remaining(session), epoch: token.epoch().0, unfenced: false }))
@@ -245,9 +247,13 @@ impl LockService for LockApi {
                     clock.track_wait(session, rid.clone(), started + wait);
                 }
                 let queued = Instant::now();
-                match tokio::time::timeout(wait.saturating_sub(started.elapsed()) + WAIT_GRACE, woken).await {
+                let woken = tokio::time::timeout(wait.saturating_sub(started.elapsed()) + WAIT_GRACE, woken)
+                    .instrument(tracing::info_span!("lock.queue_wait", lock = %name))
+                    .await;
+                queue_time = queued.elapsed();
+                match woken {
                     Ok(Ok(WaitResult::Granted(token))) => {
-                        crate::metrics::waited(&shard.ns, queued.elapsed());
+                        crate::metrics::waited(&shard.ns, queue_time);
                         granted(token)
                     }
                     Ok(Ok(WaitResult::Dequeued(DequeueReason::Timeout))) => {
@@ -268,7 +274,7 @@ impl LockService for LockApi {
             Err(e) => Err(cell_status(&e)),
         };
         drop(armed);
-        crate::metrics::acquire_answered(&shard.ns, started, &result);
+        crate::metrics::acquire_answered(&shard.ns, started, queue_time, &result);
         result
     }
 

@@ -4,7 +4,8 @@
 //!
 //! Ports, per region `r` (0-based), at `base + 20 r +`:
 //! `0` gateway gRPC, `1` gateway HTTP, `2` registry client, `3` registry Raft,
-//! `4..=6` cell nodes' client, `7..=9` cell nodes' Raft, `10..=12` cell nodes' metrics.
+//! `4..=6` cell nodes' client, `7..=9` cell nodes' Raft, `10..=12` cell nodes' metrics,
+//! `13` the registry voter's metrics.
 //!
 //! Hosts: `127.0.0.1`, or with `--netns` region `r`'s own address `10.B.b.(r+1)` in its
 //! own network namespace, where `B.b` are the base port's two bytes (`base = 256 B + b`:
@@ -128,7 +129,7 @@ pub struct NodeSpec {
     pub node_id: u64,
     pub raft: String,
     pub client: String,
-    /// Cells only: /metrics, /healthz, /readyz.
+    /// /metrics, /healthz, /readyz.
     pub metrics: Option<String>,
     pub data_dir: PathBuf,
 }
@@ -172,7 +173,7 @@ impl Layout {
                         node_id: reg_id,
                         client: addr(r, 2),
                         raft: addr(r, 3),
-                        metrics: None,
+                        metrics: Some(addr(r, 13)),
                         data_dir: data_dir.join(format!("registry-{reg_id}")),
                     },
                     cell: CellSpec { name: cell, nodes },
@@ -289,6 +290,7 @@ mod tests {
         let mut all = Vec::new();
         for r in &l.regions {
             all.extend([r.gateway.grpc.clone(), r.gateway.http.clone(), r.registry.client.clone(), r.registry.raft.clone()]);
+            all.push(r.registry.metrics.clone().unwrap());
             for n in &r.cell.nodes {
                 all.extend([n.client.clone(), n.raft.clone(), n.metrics.clone().unwrap()]);
             }

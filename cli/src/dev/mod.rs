@@ -351,7 +351,8 @@ fn print_table(sup: &Supervisor, layout: &Layout) {
         let g = &r.gateway;
         println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "gateway", g.name, r.name, "-", g.grpc, "-", g.http, pid(&g.name));
         let n = &r.registry;
-        println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "registry", n.name, r.name, n.node_id, n.client, n.raft, "-", pid(&n.name));
+        let m = n.metrics.as_deref().unwrap_or("-");
+        println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "registry", n.name, r.name, n.node_id, n.client, n.raft, m, pid(&n.name));
         for n in &r.cell.nodes {
             let m = n.metrics.as_deref().unwrap_or("-");
             println!("{:<9} {:<14} {:<8} {:<4} {:<21} {:<21} {:<21} {}", "cell", n.name, r.name, n.node_id, n.client, n.raft, m, pid(&n.name));

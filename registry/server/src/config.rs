@@ -25,6 +25,9 @@ pub struct RegistryConfig {
     pub client_addr: String,
     /// Client address given in `NOT_LEADER` hints, if it differs from `client_addr`.
     pub advertise_client_addr: Option<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served over HTTP; unset = not
+    /// served. Default unset.
+    pub metrics_addr: Option<String>,
     /// Leader heartbeat, ms. Default 100. Registry voters are far apart: raise it with
     /// the WAN round trip.
     pub heartbeat_ms: u64,
@@ -84,7 +87,8 @@ impl RegistryConfig {
     /// Catches mistakes between fields.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
-        validate_node(self.node_id, &self.timings(), &self.raft_addr, &self.client_addr, &[])?;
+        let metrics: Vec<(&str, &str)> = self.metrics_addr.iter().map(|a| ("metrics_addr", a.as_str())).collect();
+        validate_node(self.node_id, &self.timings(), &self.raft_addr, &self.client_addr, &metrics)?;
         if let Some(a) = &self.advertise_client_addr {
             holdfast_rpc::host_port(a).map_err(|e| ConfigError::Invalid(format!("advertise_client_addr: {e}")))?;
         }

@@ -85,13 +85,18 @@ async fn duties(reg: &Arc<Registry>, term: u64, shutdown: &CancellationToken) {
         for ready in ready_moves(reg) {
             let cmd = Command::CompleteMove { shard: ready.shard.clone(), epoch: ready.epoch };
             match reg.propose(leader, cmd).await {
-                Ok(Ok(_)) => info!(
+                Ok(Ok(_)) => {
+                    if !ready.sealed {
+                        metrics::counter!(holdfast_core::metric_names::OWNERSHIP_LEASE_LAPSES, "cell" => ready.from.to_string()).increment(1);
+                    }
+                    info!(
                     shard = %ready.shard,
                     from = %ready.from,
                     epoch = ready.epoch.0 + 1,
                     reason = if ready.sealed { "source sealed" } else { "source lease ran out" },
                     "shard transferred"
-                ),
+                    )
+                }
                 // The state moved on (aborted, or completed by ReportSealed).
                 Ok(Err(e)) => debug!(shard = %ready.shard, error = %e, "completion refused"),
                 Err(s) => {

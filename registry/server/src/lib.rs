@@ -14,6 +14,7 @@ pub mod convert;
 pub mod leader;
 pub mod leases;
 pub mod machine;
+pub mod metrics;
 pub mod registry;
 pub mod server;
 pub mod service;

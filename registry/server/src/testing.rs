@@ -24,6 +24,7 @@ pub fn config(dir: &Path, id: u64) -> RegistryConfig {
         raft_addr: "127.0.0.1:0".into(),
         client_addr: "127.0.0.1:0".into(),
         advertise_client_addr: None,
+        metrics_addr: None,
         heartbeat_ms: 100,
         election_min_ms: 1_000,
         election_max_ms: 2_000,

@@ -10,13 +10,14 @@ locals {
     gateway_http    = 7001
     registry_client = 7200
     registry_raft   = 7201
+    registry_http   = 7202
     cell_client     = 7300
     cell_raft       = 7301
     cell_metrics    = 7302
   }
 
   # single_host: region r owns base_port + 100 r .. + 99: its gateway +0 (gRPC) and +1
-  # (HTTP), its registry voter +10 (client) and +11 (Raft), node j of cell c
+  # (HTTP), its registry voter +10 (client), +11 (Raft) and +12 (metrics), node j of cell c
   # +20 + 10 c + 3 j (client), +1 (Raft), +2 (metrics).
   region_base = { for i, r in var.regions : r.name => var.base_port + 100 * i }
 
@@ -46,8 +47,9 @@ locals {
     node_id = i + 1
     host = var.single_host ? var.listen_host : replace(replace(replace(replace(var.host_pattern,
     "{pod}", "registry-${r.name}-0"), "{set}", "registry-${r.name}"), "{region}", r.name), "{namespace}", var.namespace)
-    client_port = var.single_host ? local.region_base[r.name] + 10 : local.std.registry_client
-    raft_port   = var.single_host ? local.region_base[r.name] + 11 : local.std.registry_raft
+    client_port  = var.single_host ? local.region_base[r.name] + 10 : local.std.registry_client
+    raft_port    = var.single_host ? local.region_base[r.name] + 11 : local.std.registry_raft
+    metrics_port = var.single_host ? local.region_base[r.name] + 12 : local.std.registry_http
   }]
 
   gateways = [for r in var.regions : {

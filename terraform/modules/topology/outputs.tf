@@ -32,8 +32,8 @@ output "processes" {
       certs_dir   = local.certs_dir[v.name]
       client_addr = "${v.host}:${v.client_port}"
       raft_addr   = "${v.host}:${v.raft_port}"
-      http_addr   = ""
-      ports       = { client = v.client_port, raft = v.raft_port, http = 0 }
+      http_addr   = "${v.host}:${v.metrics_port}"
+      ports       = { client = v.client_port, raft = v.raft_port, http = v.metrics_port }
       config      = local.registry_configs[v.name]
     } },
     { for g in local.gateways : g.name => {
