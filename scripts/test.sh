@@ -45,5 +45,8 @@ ROCKSDB_LIB_DIR=/nonexistent-check-only cargo clippy --locked --workspace --all-
 # terraform/: formatted, the modules applied offline, the Kubernetes objects checked.
 scripts/terraform-check.sh
 
+# Alert rules (promtool check and unit tests) and the dashboard (docs/observability.md).
+scripts/check-observability.sh
+
 cargo test --workspace --locked -- --test-threads=2
 scripts/check-safety-tests.sh
