@@ -15,7 +15,8 @@
 //!   in it: the fence and the data go to disk in one synced write batch;
 //! - [`MemoryFence`], the same rule for resources that live in one process
 //!   (examples and tests only: it forgets everything when the process exits);
-//! - the metric `lock_fencing_rejections_total{resource}` ([`describe_metrics`]).
+//! - the metrics `lock_fencing_rejections_total{resource}` and
+//!   `lock_holder_overlap_seconds{ns}` ([`describe_metrics`]).
 //!
 //! What does not: talking to holdfast (the resource only needs the token the holder
 //! hands it), and SQL. A relational resource needs no helper at all, only a `fence`
@@ -59,10 +60,44 @@ pub use rocks::{RocksFence, RocksFenceOptions};
 
 pub use holdfast_core::FencingToken;
 
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 use tracing::warn;
 
 /// Name of the counter of rejected writes, labelled `resource`.
 pub const REJECTIONS_METRIC: &str = holdfast_core::metric_names::FENCING_REJECTIONS;
+/// Name of the histogram of holder overlaps, labelled `ns`.
+pub const OVERLAP_METRIC: &str = holdfast_core::metric_names::HOLDER_OVERLAP;
+
+/// Locks whose first-acceptance time this process keeps; past it, the record starts
+/// over (an overlap on a forgotten lock goes unmeasured, never mismeasured).
+const OVERLAP_KEPT: usize = 65_536;
+
+/// For each (resource, lock): the highest token accepted and when this process first
+/// accepted it. A write with an older token that arrives later is a holder acting after
+/// its successor began: the overlap is the time since then. Process memory only: after a
+/// restart the resource counts overlaps from the next new token on.
+static FIRST_ACCEPTED: std::sync::Mutex<BTreeMap<(String, LockId), (FencingToken, Instant)>> = std::sync::Mutex::new(BTreeMap::new());
+
+fn note_accepted(resource: &str, lock: &LockId, token: FencingToken) {
+    let mut m = FIRST_ACCEPTED.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (resource.to_owned(), lock.clone());
+    match m.get(&key) {
+        Some((t, _)) if *t >= token => {}
+        _ => {
+            if m.len() >= OVERLAP_KEPT && !m.contains_key(&key) {
+                m.clear();
+            }
+            m.insert(key, (token, Instant::now()));
+        }
+    }
+}
+
+/// How long ago `highest` was first accepted for `lock` here, if this process saw it.
+fn overlap(resource: &str, lock: &LockId, highest: FencingToken) -> Option<Duration> {
+    let m = FIRST_ACCEPTED.lock().unwrap_or_else(|e| e.into_inner());
+    m.get(&(resource.to_owned(), lock.clone())).filter(|(t, _)| *t == highest).map(|(_, at)| at.elapsed())
+}
 
 /// Registers the description of this crate's metrics with the installed recorder.
 ///
@@ -70,6 +105,12 @@ pub const REJECTIONS_METRIC: &str = holdfast_core::metric_names::FENCING_REJECTI
 /// metrics without a description). [`RocksFence::open`] and [`MemoryFence::new`]
 /// call it too, so a store opened after the recorder was installed needs nothing more.
 pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        OVERLAP_METRIC,
+        metrics::Unit::Seconds,
+        "At a fenced resource, by namespace: a write with an older token arrived this long after \
+         the first write of a newer one (two holders acted at once)."
+    );
     metrics::describe_counter!(
         REJECTIONS_METRIC,
         metrics::Unit::Count,
@@ -170,6 +211,9 @@ pub(crate) fn admit(resource: &str, lock: &LockId, presented: FencingToken, high
     match highest {
         Some(highest) if presented < highest => {
             metrics::counter!(REJECTIONS_METRIC, "resource" => resource.to_owned()).increment(1);
+            if let Some(d) = overlap(resource, lock, highest) {
+                metrics::histogram!(OVERLAP_METRIC, "ns" => lock.shard().ns.to_string()).record(d.as_secs_f64());
+            }
             // WARN: expected under fencing, but it means a holder outlived its lease.
             warn!(
                 resource,
@@ -180,6 +224,9 @@ pub(crate) fn admit(resource: &str, lock: &LockId, presented: FencingToken, high
             );
             Err(FenceError::Stale { lock: lock.clone(), presented, highest })
         }
-        _ => Ok(Accepted { token: presented, previous: highest }),
+        _ => {
+            note_accepted(resource, lock, presented);
+            Ok(Accepted { token: presented, previous: highest })
+        }
     }
 }

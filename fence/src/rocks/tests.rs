@@ -65,6 +65,25 @@ fn rejections_are_counted_per_resource() {
 }
 
 #[test]
+fn a_write_of_an_older_holder_after_the_newer_ones_first_is_an_overlap() {
+    let recorder = TestRecorder::default();
+    let dir = tempfile::tempdir().unwrap();
+    let l = lock("payments/default/overlap");
+    metrics::with_local_recorder(&recorder, || {
+        let ledger = open(&dir, "overlap-ledger");
+        ledger.write(&l, FencingToken(40), b"k", b"A").unwrap();
+        ledger.write(&l, FencingToken(41), b"k", b"B").unwrap();
+        thread::sleep(std::time::Duration::from_millis(30));
+        ledger.write(&l, FencingToken(41), b"k", b"B again").unwrap();
+        assert!(ledger.write(&l, FencingToken(40), b"k", b"A, late").unwrap_err().is_stale());
+    });
+    let overlaps = recorder.histogram(crate::OVERLAP_METRIC, &[("ns", "payments")]);
+    assert_eq!(overlaps.len(), 1, "one late write, one overlap: {overlaps:?}");
+    assert!(overlaps[0] >= 0.03, "measured from token 41's first write, not its last: {overlaps:?}");
+    assert!(recorder.is_described(crate::OVERLAP_METRIC));
+}
+
+#[test]
 fn record_from_a_newer_release_is_refused_not_misread() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir, "ledger");
