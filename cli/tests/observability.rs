@@ -8,7 +8,10 @@
 //!   dashboard panel uses (`telemetry/prometheus/alerts.yml`,
 //!   `telemetry/grafana/holdfast.json`) is served by some role's `/metrics`, save the
 //!   few listed in [`ELSEWHERE`] and [`ON_EVENTS`], which must still be holdfast's names;
-//!   and every role's `/metrics` passes `promtool check metrics`.
+//!   and every role's `/metrics` passes `promtool check metrics`;
+//! - the status page: a headless chromium renders a gateway's `/status` with three
+//!   regions, and after `holdfast shard move` the new owner and epoch within seconds;
+//!   a screenshot is kept (`$CI_ARTIFACTS/status-page.png`).
 
 mod common;
 
@@ -59,6 +62,42 @@ impl TraceService for Collector {
         }
         Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
     }
+}
+
+/// Debian's chromium, as scripts/setup.sh installs it.
+fn chromium() -> Option<String> {
+    ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|p| std::process::Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .map(str::to_owned)
+}
+
+/// Headless, as root, trusting the playground's own CA (the page is served over TLS).
+fn browser_args() -> Vec<String> {
+    let profile = std::env::temp_dir().join(format!("holdfast-chromium-{}", std::process::id()));
+    ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--ignore-certificate-errors", "--no-first-run"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([format!("--user-data-dir={}", profile.display())])
+        .collect()
+}
+
+/// The page as the browser built it.
+fn dump_dom(browser: &str, url: &str) -> String {
+    let out = std::process::Command::new(browser).args(browser_args()).arg("--dump-dom").arg(url).output().unwrap();
+    assert!(out.status.success(), "chromium --dump-dom {url}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The owner cell and epoch of `shard` (`ns/shard`) in the page's ownership map.
+fn owner_on_page(dom: &str, shard: &str) -> Option<(String, String)> {
+    let row = &dom[dom.find(&format!("data-shard=\"{shard}\""))?..];
+    let row = &row[..row.find("</tr>")?];
+    let cell = |class: &str| {
+        let start = row.find(&format!("<td class=\"{class}\">"))? + class.len() + 13;
+        Some(row[start..start + row[start..].find("</td>")?].to_owned())
+    };
+    Some((cell("owner")?, cell("epoch")?))
 }
 
 /// Debian's promtool, as scripts/setup.sh installs it.
@@ -209,9 +248,46 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
     let r = c.post(&url).json(&json!({ "session": s, "request_id": "refused", "wait_timeout_ms": 0 })).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 409, "LOCK_HELD: {}", r.text().await.unwrap());
     // Its session (TTL 3 s, never renewed) expires.
+
+    // ---- the status page, in a real browser, before and after a move
+    let browser = chromium();
+    let status_url = format!("{gw}/status");
+    if let Some(b) = &browser {
+        let dom = dump_dom(b, &status_url);
+        for region in ["east", "west", "south"] {
+            assert!(dom.contains(&format!("<td>{region}</td>")), "the page lists region {region}: {dom}");
+        }
+        assert_eq!(owner_on_page(&dom, "demo/default"), Some(("east-1".to_owned(), "1".to_owned())), "{dom}");
+    }
     let grpc = v["regions"]["east"]["gateway"]["grpc"].as_str().unwrap();
     let out = holdfast_at(&data).args(["shard", "move", "demo", "default", "--to", "west-1", "--unplanned", "--endpoint", grpc]).output().unwrap();
     assert!(out.status.success(), "shard move: {}", String::from_utf8_lossy(&out.stderr));
+    if let Some(b) = &browser {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let dom = dump_dom(b, &status_url);
+            if owner_on_page(&dom, "demo/default") == Some(("west-1".to_owned(), "2".to_owned())) {
+                break;
+            }
+            assert!(Instant::now() < end, "the page shows the new owner and epoch within 10 s of the move: {dom}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let dir = std::env::var_os("CI_ARTIFACTS").map_or_else(|| std::env::temp_dir().join("holdfast-artifacts"), PathBuf::from);
+        std::fs::create_dir_all(&dir).unwrap();
+        let shot = dir.join("status-page.png");
+        let out = std::process::Command::new(b)
+            .args(browser_args())
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg("--window-size=1280,1800")
+            .arg(&status_url)
+            .output()
+            .unwrap();
+        assert!(out.status.success() && shot.exists(), "screenshot: {}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("status page screenshot: {}", shot.display());
+    } else {
+        assert!(std::env::var("CI_REQUIRE_CHROMIUM").as_deref() != Ok("1"), "chromium is required (scripts/setup.sh installs it)");
+        eprintln!("SKIPPED the status page in a browser: no chromium");
+    }
 
     // ---- every role's /metrics
     let mut urls = Vec::new();

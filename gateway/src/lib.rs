@@ -7,7 +7,8 @@
 //! namespace (`limits`), applies the
 //! namespace's failure posture when the cell cannot be reached (`gateway`), and serves
 //! it all over gRPC (`grpc`, with health and reflection) and HTTP/JSON (`http`), each
-//! call counted and traced at the door (`door`).
+//! call counted and traced at the door (`door`); and `/status`, a page to watch a
+//! deployment by (`status`).
 //!
 //! What does not live here: any lock state (the cells'), any placement decision (the
 //! registry's). Client crates only: openraft and RocksDB never reach this crate.
@@ -22,6 +23,7 @@ pub mod limits;
 pub mod placement;
 pub mod route;
 pub mod server;
+pub mod status;
 
 pub use config::GatewayConfig;
 pub use server::GatewayServer;

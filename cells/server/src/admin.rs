@@ -12,6 +12,9 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 use tracing::info;
 
+/// Contended locks a status answer lists, most waiters first.
+const MAX_CONTENDED: usize = 10;
+
 #[derive(Debug, Clone)]
 pub struct CellAdminApi {
     cell: Arc<Cell>,
@@ -85,7 +88,17 @@ impl CellAdmin for CellAdminApi {
             .cell
             .read(|st| {
                 let sessions = st.sessions_per_shard();
+                let mut contended: Vec<pb::ContendedLock> = st
+                    .namespace_stats()
+                    .into_iter()
+                    .flat_map(|(ns, s)| {
+                        s.waiting.into_iter().map(move |(name, n)| pb::ContendedLock { ns: ns.to_string(), name: name.to_string(), waiters: n as u32 })
+                    })
+                    .collect();
+                contended.sort_by(|a, b| b.waiters.cmp(&a.waiters).then_with(|| (&a.ns, &a.name).cmp(&(&b.ns, &b.name))));
+                contended.truncate(MAX_CONTENDED);
                 pb::CellStatusResponse {
+                    contended,
                     shards: st
                         .shards()
                         .map(|s| pb::ShardInfo {
@@ -101,9 +114,18 @@ impl CellAdmin for CellAdminApi {
                     namespaces: st.namespaces().map(convert::namespace_to).collect(),
                     revision: st.revision().0,
                     sessions: st.session_countdowns().count() as u32,
+                    ..Default::default()
                 }
             })
             .await?;
+        let rm = holdfast_raft::current_metrics(self.cell.group.raft());
+        let resp = pb::CellStatusResponse {
+            leader_id: self.cell.group.node_id(),
+            term: rm.current_term,
+            commit_index: rm.local_committed.as_ref().map_or(0, |l| l.index),
+            applied_index: rm.last_applied.as_ref().map_or(0, |l| l.index),
+            ..resp
+        };
         Ok(Response::new(resp))
     }
 }

@@ -1,0 +1,301 @@
+//! `/status`: one server-rendered HTML page for the person watching a deployment —
+//! during an evacuation, at 3 AM — that refreshes itself every few seconds and needs
+//! no build step, no script and no external asset. Read fresh on every load: regions,
+//! cells and their members, shard ownership and moves from the registry; each cell's
+//! leader, term, commit and applied index, sessions and most contended locks from the
+//! cell's leader (`CellAdmin.Status`). What cannot be read is shown as such, never
+//! left out: a cell that does not answer is marked unreachable.
+//!
+//! Like `/metrics`, it is served on the gateway's HTTP port to anyone who can reach
+//! it, and shows names (namespaces, shards, locks), no lock values and no sessions'
+//! owners (docs/observability.md, "Status page").
+
+use crate::gateway::Gateway;
+use axum::extract::State;
+use axum::response::Html;
+use futures_util::future::join_all;
+use holdfast_proto::admin::v1 as apb;
+use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
+use holdfast_proto::lock::v1 as lpb;
+use holdfast_proto::registry::v1 as rpb;
+use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
+use holdfast_rpc::{Budget, Channel};
+use maud::{html, Markup, DOCTYPE};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How often the page reloads itself, seconds.
+const REFRESH_S: u32 = 2;
+/// How long one read for the page may take: a slow cell is shown as such.
+const READ_BUDGET: Duration = Duration::from_millis(1500);
+/// Shards listed in the ownership map; the rest are counted.
+const MAX_SHARDS_SHOWN: usize = 500;
+
+/// What the page shows, read once per load.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub gateway_region: String,
+    pub regions: Vec<rpb::Region>,
+    pub cells: Vec<rpb::Cell>,
+    pub shards: Vec<rpb::ShardOwner>,
+    pub namespaces: Vec<apb::NamespaceConfig>,
+    /// By cell name: its leader's status, or why it could not be read.
+    pub cell_status: BTreeMap<String, Result<apb::CellStatusResponse, String>>,
+    /// Registry reads that failed.
+    pub errors: Vec<String>,
+}
+
+async fn registry_read<T, F, Fut>(gw: &Gateway, what: &str, errors: &mut Vec<String>, f: F) -> Option<T>
+where
+    F: Fn(RegistryServiceClient<Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    match gw.placement.registry().call(Budget::per_attempt(READ_BUDGET), |ch| f(RegistryServiceClient::new(ch))).await {
+        Ok(c) => Some(c.value),
+        Err(e) => {
+            errors.push(format!("{what}: {e}"));
+            None
+        }
+    }
+}
+
+/// Reads everything the page shows.
+pub async fn snapshot(gw: &Gateway, gateway_region: &str) -> Snapshot {
+    let mut s = Snapshot { gateway_region: gateway_region.to_owned(), ..Default::default() };
+    let mut errors = Vec::new();
+    let regions = registry_read(gw, "regions", &mut errors, |mut c| async move { c.list_regions(rpb::ListRegionsRequest {}).await }).await;
+    let cells = registry_read(gw, "cells", &mut errors, |mut c| async move { c.list_cells(rpb::ListCellsRequest { region: String::new() }).await }).await;
+    let shards = registry_read(gw, "shards", &mut errors, |mut c| async move { c.list_shards(rpb::ListShardsRequest::default()).await }).await;
+    let namespaces = registry_read(gw, "namespaces", &mut errors, |mut c| async move { c.list_namespaces(rpb::ListNamespacesRequest {}).await }).await;
+    s.regions = regions.map(|r| r.regions).unwrap_or_default();
+    s.cells = cells.map(|r| r.cells).unwrap_or_default();
+    s.shards = shards.map(|r| r.shards).unwrap_or_default();
+    s.namespaces = namespaces.map(|r| r.configs).unwrap_or_default();
+    s.errors = errors;
+    let reads = s.cells.iter().map(|c| async move {
+        let answer = match gw.placement.cell(&c.cell) {
+            None => Err("this gateway does not know its members yet".to_owned()),
+            Some(up) => up
+                .call(Budget::per_attempt(READ_BUDGET), |ch| async move { CellAdminClient::new(ch).status(apb::CellStatusRequest {}).await })
+                .await
+                .map(|c| c.value)
+                .map_err(|e| e.to_string()),
+        };
+        (c.cell.clone(), answer)
+    });
+    s.cell_status = join_all(reads).await.into_iter().collect();
+    s
+}
+
+fn region_state(n: i32) -> &'static str {
+    match rpb::RegionState::try_from(n) {
+        Ok(rpb::RegionState::Active) => "active",
+        Ok(rpb::RegionState::Draining) => "draining",
+        Ok(rpb::RegionState::Evacuated) => "evacuated",
+        _ => "unknown",
+    }
+}
+
+fn intent(n: i32) -> String {
+    lpb::Intent::try_from(n).map_or("unknown".into(), |i| i.as_str_name().trim_start_matches("INTENT_").to_lowercase())
+}
+
+fn posture(n: i32) -> String {
+    lpb::Posture::try_from(n).map_or("unknown".into(), |p| p.as_str_name().trim_start_matches("POSTURE_").to_lowercase().replace('_', "-"))
+}
+
+fn moving(s: &rpb::ShardOwner) -> bool {
+    s.state == rpb::ShardState::Moving as i32
+}
+
+const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}\
+h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}\
+table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}\
+th{background:#f3f3f3}.bad{color:#b00020;font-weight:bold}.ok{color:#08660b}.warn{color:#9a6700}\
+.muted{color:#777}";
+
+/// The page, from what was read.
+pub fn render(s: &Snapshot) -> Markup {
+    let shards_of = |cell: &str| s.shards.iter().filter(|o| o.cell == cell).count();
+    let moves: Vec<&rpb::ShardOwner> = s.shards.iter().filter(|o| moving(o)).collect();
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content=(REFRESH_S);
+                title { "holdfast status" }
+                style { (STYLE) }
+            }
+            body {
+                h1 { "holdfast status" }
+                p.muted {
+                    "Gateway of region " (s.gateway_region) "; read "
+                    (s.regions.len()) " regions, " (s.cells.len()) " cells, " (s.shards.len()) " shards; this page reloads every "
+                    (REFRESH_S) " s."
+                }
+                @for e in &s.errors { p.bad { "registry read failed: " (e) } }
+
+                h2 id="regions" { "Regions" }
+                table {
+                    tr { th { "region" } th { "state" } th { "cells" } th { "shards homed" } }
+                    @for r in &s.regions {
+                        tr {
+                            td { (r.region) }
+                            td class=(if r.state == rpb::RegionState::Active as i32 { "ok" } else { "warn" }) { (region_state(r.state)) }
+                            td { (s.cells.iter().filter(|c| c.region == r.region).count()) }
+                            td { (s.shards.iter().filter(|o| o.region == r.region).count()) }
+                        }
+                    }
+                }
+
+                h2 id="cells" { "Cells" }
+                table {
+                    tr { th { "cell" } th { "region" } th { "members" } th { "health" } th { "leader" } th { "term" } th { "commit" } th { "applied" } th { "shards" } th { "sessions" } }
+                    @for c in &s.cells {
+                        tr {
+                            td { (c.cell) }
+                            td { (c.region) }
+                            td { (c.members.len()) }
+                            @match s.cell_status.get(&c.cell) {
+                                Some(Ok(st)) => {
+                                    td.ok { "serving" }
+                                    td { "node " (st.leader_id) }
+                                    td { (st.term) }
+                                    td { (st.commit_index) }
+                                    td { (st.applied_index) }
+                                }
+                                Some(Err(e)) => { td.bad colspan="5" { "unreachable: " (e) } }
+                                None => { td.muted colspan="5" { "not read" } }
+                            }
+                            td { (shards_of(&c.cell)) }
+                            td { (s.cell_status.get(&c.cell).and_then(|r| r.as_ref().ok()).map_or(String::from("-"), |st| st.sessions.to_string())) }
+                        }
+                    }
+                }
+
+                h2 id="moves" { "Moves in progress" }
+                @if moves.is_empty() {
+                    p.muted { "none" }
+                } @else {
+                    table {
+                        tr { th { "shard" } th { "from" } th { "to" } th { "kind" } th { "epoch" } th { "source sealed" } }
+                        @for m in &moves {
+                            tr {
+                                td { (m.ns) "/" (m.shard) }
+                                td { (m.cell) }
+                                td { (m.to_cell) }
+                                td { (if m.planned { "planned (drain, seal)" } else { "unplanned (lease runs out)" }) }
+                                td { (m.epoch) }
+                                td { (if m.sealed { "yes" } else { "no" }) }
+                            }
+                        }
+                    }
+                }
+
+                h2 id="shards" { "Shard ownership" }
+                table {
+                    tr { th { "namespace" } th { "shard" } th { "region" } th { "cell" } th { "epoch" } th { "state" } }
+                    @for o in s.shards.iter().take(MAX_SHARDS_SHOWN) {
+                        tr.shard data-shard=(format!("{}/{}", o.ns, o.shard)) {
+                            td { (o.ns) }
+                            td { (o.shard) }
+                            td { (o.region) }
+                            td.owner { (o.cell) }
+                            td.epoch { (o.epoch) }
+                            td class=(if moving(o) { "warn" } else { "ok" }) { (if moving(o) { format!("moving to {}", o.to_cell) } else { "active".to_owned() }) }
+                        }
+                    }
+                }
+                @if s.shards.len() > MAX_SHARDS_SHOWN { p.muted { "… and " (s.shards.len() - MAX_SHARDS_SHOWN) " more (holdfast shard list)" } }
+
+                h2 id="namespaces" { "Namespaces" }
+                table {
+                    tr { th { "namespace" } th { "owner" } th { "intent" } th { "posture" } th { "ttl (ms)" } th { "max hold (ms)" } }
+                    @for n in &s.namespaces {
+                        tr {
+                            td { (n.name) }
+                            td { (n.owner) }
+                            td { (intent(n.intent)) }
+                            td { (posture(n.posture)) }
+                            td { (n.ttl_min_ms) "–" (n.ttl_max_ms) }
+                            td { (if n.max_hold_ms == 0 { "none".to_owned() } else { n.max_hold_ms.to_string() }) }
+                        }
+                    }
+                }
+
+                h2 id="contended" { "Most contended locks" }
+                @let contended: Vec<(&String, &apb::ContendedLock)> = {
+                    let mut v: Vec<(&String, &apb::ContendedLock)> =
+                        s.cell_status.iter().filter_map(|(c, r)| r.as_ref().ok().map(|st| (c, st))).flat_map(|(c, st)| st.contended.iter().map(move |l| (c, l))).collect();
+                    v.sort_by_key(|l| std::cmp::Reverse(l.1.waiters));
+                    v.truncate(10);
+                    v
+                };
+                @if contended.is_empty() {
+                    p.muted { "no lock has waiters" }
+                } @else {
+                    table {
+                        tr { th { "cell" } th { "namespace" } th { "lock" } th { "waiters" } }
+                        @for (c, l) in &contended {
+                            tr { td { (c) } td { (l.ns) } td { (l.name) } td { (l.waiters) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The handler: `GET /status`.
+pub async fn page(State((gw, region)): State<(Gateway, String)>) -> Html<String> {
+    Html(render(&snapshot(&gw, &region).await).into_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_shows_owners_moves_and_unreachable_cells() {
+        let s = Snapshot {
+            gateway_region: "east".into(),
+            regions: vec![rpb::Region { region: "east".into(), state: rpb::RegionState::Draining as i32 }],
+            cells: vec![
+                rpb::Cell { cell: "east-1".into(), region: "east".into(), members: vec![] },
+                rpb::Cell { cell: "west-1".into(), region: "west".into(), members: vec![] },
+            ],
+            shards: vec![rpb::ShardOwner {
+                ns: "pay".into(),
+                shard: "s1".into(),
+                region: "east".into(),
+                cell: "east-1".into(),
+                epoch: 3,
+                state: rpb::ShardState::Moving as i32,
+                to_cell: "west-1".into(),
+                planned: true,
+                sealed: false,
+            }],
+            cell_status: [
+                ("east-1".to_owned(), Ok(apb::CellStatusResponse { leader_id: 2, term: 7, commit_index: 41, ..Default::default() })),
+                ("west-1".to_owned(), Err("connection refused".to_owned())),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        let page = render(&s).into_string();
+        assert!(page.contains(r#"<meta http-equiv="refresh" content="2">"#), "{page}");
+        assert!(page.contains("draining"), "{page}");
+        assert!(page.contains(r#"data-shard="pay/s1""#) && page.contains(r#"<td class="epoch">3</td>"#), "{page}");
+        assert!(page.contains("moving to west-1") && page.contains("planned (drain, seal)"), "{page}");
+        assert!(page.contains("node 2") && page.contains("unreachable: connection refused"), "{page}");
+        assert!(!page.contains("<script") && !page.contains("http://") && !page.contains("https://"), "no scripts, no external assets: {page}");
+    }
+
+    #[test]
+    fn names_are_escaped() {
+        let s = Snapshot { namespaces: vec![apb::NamespaceConfig { name: "<b>x</b>".into(), ..Default::default() }], ..Default::default() };
+        assert!(render(&s).into_string().contains("&lt;b&gt;x&lt;/b&gt;"));
+    }
+}
