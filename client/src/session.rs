@@ -12,7 +12,7 @@
 use crate::client::Client;
 use crate::error::{Error, LossReason};
 use crate::lock::Lock;
-use holdfast_core::metric_names::{LEASE_EXPIRED_WHILE_HELD, RENEW_FAILURES};
+use holdfast_core::metric_names::{HELD_WITHOUT_PROGRESS, LEASE_EXPIRED_WHILE_HELD, RENEW_FAILURES};
 use holdfast_core::{validate_value, ErrorCode, FencingToken, LockName, Mode, NamespaceName, RequestId, SessionId, ShardKey, ShardName};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
@@ -475,8 +475,37 @@ fn fresh_request_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// `lock_held_without_progress_seconds{ns}`: for each session of this process that
+/// reports progress ([`SessionOptions::progress_timeout`]) and holds a lock, how long
+/// since its worker last did; a namespace's gauge is the longest of its sessions.
+static STALLS: Mutex<std::collections::BTreeMap<(String, u64), f64>> = Mutex::new(std::collections::BTreeMap::new());
+/// How often a session that reports progress refreshes that gauge, at least.
+const STALL_REPORT_EVERY: Duration = Duration::from_secs(10);
+
+fn report_stall(ns: &str, session: SessionId, since: Option<Duration>) {
+    let mut m = STALLS.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (ns.to_owned(), session.0);
+    match since {
+        Some(d) => {
+            m.insert(key, d.as_secs_f64());
+        }
+        None => {
+            if m.remove(&key).is_none() {
+                return;
+            }
+        }
+    }
+    let worst = m.range((ns.to_owned(), 0)..=(ns.to_owned(), u64::MAX)).map(|(_, v)| *v).fold(0.0, f64::max);
+    metrics::gauge!(HELD_WITHOUT_PROGRESS, "ns" => ns.to_owned()).set(worst);
+}
+
 /// Renews every TTL/3 until the session is lost or its owner is dropped.
 async fn renew_loop(s: Arc<Shared>, stop: CancellationToken, created: Instant) {
+    renew(&s, stop, created).await;
+    report_stall(s.shard.ns.as_str(), s.id, None);
+}
+
+async fn renew(s: &Arc<Shared>, stop: CancellationToken, created: Instant) {
     // Every TTL/3, a hair early: the cell lists a session silent for more than TTL/3
     // in its next checkpoint, and a renewal that lands just late would cost a write.
     let period = s.ttl / 3 - s.ttl / 60;
@@ -501,16 +530,24 @@ async fn renew_loop(s: Arc<Shared>, stop: CancellationToken, created: Instant) {
     };
     loop {
         let lose_at = s.lose_at();
+        let wake = next.min(lose_at);
+        let wake = if s.progress_timeout.is_some() { wake.min(Instant::now() + STALL_REPORT_EVERY) } else { wake };
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
             _ = s.lost.cancelled() => return,
-            _ = sleep_until(next.min(lose_at)) => {}
+            _ = sleep_until(wake) => {}
         }
         let now = Instant::now();
         if now >= s.lose_at() {
             s.signal_lost(s.overdue_reason());
             return;
+        }
+        if s.progress_timeout.is_some() {
+            let st = s.state();
+            let since = (st.held > 0).then(|| now.saturating_duration_since(st.last_progress));
+            drop(st);
+            report_stall(&ns, s.id, since);
         }
         if now < next {
             continue;

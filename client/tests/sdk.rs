@@ -181,3 +181,42 @@ async fn dropped_lock_is_released_without_waiting_for_the_ttl() {
     lock_a.release().await.unwrap();
     cell.shutdown().await;
 }
+
+/// The value of `lock_held_without_progress_seconds{ns="pay"}` in this process.
+fn without_progress() -> Option<f64> {
+    let text = holdfast_telemetry::install().render();
+    text.lines().find(|l| l.starts_with("lock_held_without_progress_seconds{") && l.contains("ns=\"pay\"")).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_worker_stops_reporting_progress_shows_in_the_gauge() {
+    let _g = serial().await;
+    let cell = TestCell::start(0).await;
+    let client = Client::connect(&cell.endpoints()).await.unwrap();
+    let session = client.create_session(opts(Duration::from_secs(3)).progress_timeout(Duration::from_secs(30))).await.unwrap();
+    let lock = session.acquire("reindex", AcquireOptions::new()).await.unwrap();
+    session.progress();
+
+    info!("--- no progress for 2.5 s while holding: the gauge climbs (refreshed at each renewal)");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let stalled = without_progress().expect("the gauge is set for a holder that reports progress");
+    assert!(stalled >= 0.9, "{stalled}");
+
+    info!("--- progress again: the gauge falls at the next renewal");
+    session.progress();
+    let end = Instant::now() + Duration::from_secs(5);
+    while without_progress().is_none_or(|v| v >= 0.9) {
+        assert!(Instant::now() < end, "the gauge did not fall after progress: {:?}", without_progress());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    info!("--- released: the session holds nothing, and the gauge is back to 0 when it ends");
+    lock.release().await.unwrap();
+    session.close().await.unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while without_progress() != Some(0.0) {
+        assert!(Instant::now() < end, "{:?}", without_progress());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cell.shutdown().await;
+}
