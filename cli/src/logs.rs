@@ -22,7 +22,7 @@ static OTLP_ENDPOINT: OnceLock<Option<String>> = OnceLock::new();
 /// (the spans of a call's path: the door, the upstream call, the cell's handler, the
 /// queue wait, the Raft proposal). Not `RUST_LOG`, which is for the log lines.
 const TRACE_FILTER: &str =
-    "off,holdfast=info,holdfast_rpc=info,holdfast_raft=info,holdfast_cell=info,holdfast_registry=info,holdfast_gateway=info,holdfast_client=info";
+    "off,holdfast=info,holdfast_rpc=info,holdfast_raft=info,holdfast_cell=info,holdfast_registry=info,holdfast_gateway=info,holdfast_client=info,holdfast_drills=info";
 
 /// Installs the process's subscriber: log lines on stderr by `RUST_LOG` if set, else
 /// `default_filter`; and, when an OTLP endpoint is configured (`otlp_endpoint` or the

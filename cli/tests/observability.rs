@@ -11,7 +11,9 @@
 //!   and every role's `/metrics` passes `promtool check metrics`;
 //! - the status page: a headless chromium renders a gateway's `/status` with three
 //!   regions, and after `holdfast shard move` the new owner and epoch within seconds;
-//!   a screenshot is kept (`$CI_ARTIFACTS/status-page.png`).
+//!   a screenshot is kept (`$CI_ARTIFACTS/status-page.png`);
+//! - a drill's trace: `holdfast drill evacuate` exporting too, its steps and the
+//!   registry calls they make (through a gateway) are one trace.
 
 mod common;
 
@@ -353,6 +355,27 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
             }
         }
         None => assert!(std::env::var("CI_REQUIRE_PROMTOOL").is_err(), "promtool is required (scripts/setup.sh installs it)"),
+    }
+
+    // ---- a drill's steps are one trace with the registry calls they make
+    let state = root.path().join("evacuate-west");
+    let out =
+        holdfast_at(&data).args(["drill", "evacuate", "--region", "west", "--state-dir"]).arg(&state).args(["--otlp-endpoint", &endpoint]).output().unwrap();
+    assert!(out.status.success(), "evacuate west: {}", String::from_utf8_lossy(&out.stderr));
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let spans = collector.0.lock().unwrap().clone();
+        let drill = spans.iter().find(|s| s.service == "holdfast" && s.name == "drill.evacuate");
+        let reached_registry = drill.is_some_and(|d| {
+            spans.iter().any(|s| s.trace == d.trace && s.name == "drill.step")
+                && spans.iter().any(|s| s.trace == d.trace && s.service == "holdfast-registry" && s.name.contains("RegistryService/"))
+        });
+        if reached_registry {
+            break;
+        }
+        let names: BTreeSet<String> = spans.iter().map(|s| format!("{}:{}", s.service, s.name)).collect();
+        assert!(Instant::now() < end, "no drill trace reaching the registry within 30 s: {names:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     dev.stop();
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
-use tracing::warn;
+use tracing::{warn, Instrument};
 
 /// Extra time a queued acquire's call gets beyond its wait, for the grant to travel.
 const WAIT_GRACE: Duration = Duration::from_secs(2);
@@ -269,6 +269,7 @@ impl Gateway {
         self.placement
             .registry()
             .call(self.budget(ctx), |ch| crate::route::timed("registry", f(RegistryServiceClient::new(ch), ctx.request(req.clone()))))
+            .instrument(tracing::info_span!("gateway.registry"))
             .await
             .map(|c| c.value)
             .map_err(|e| e.without_hint().into_status())

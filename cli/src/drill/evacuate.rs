@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 const POLL: Duration = Duration::from_millis(250);
 /// How long a wave's targets may stay unhealthy before the evacuation aborts.
@@ -473,7 +474,12 @@ impl Drop for PidFile {
 
 /// Runs the state machine to the end: performs actions, feeds observations, polls
 /// shards in flight, honours an abort request, saves after every step.
-pub async fn drive(ctx: &Ctx, mut ev: Evacuation, mut queue: VecDeque<Action>) -> Result<Evacuation, String> {
+pub async fn drive(ctx: &Ctx, ev: Evacuation, queue: VecDeque<Action>) -> Result<Evacuation, String> {
+    let span = tracing::info_span!("drill.evacuate", waves = ev.progress().plan.waves.len());
+    drive_steps(ctx, ev, queue).instrument(span).await
+}
+
+async fn drive_steps(ctx: &Ctx, mut ev: Evacuation, mut queue: VecDeque<Action>) -> Result<Evacuation, String> {
     std::fs::write(ctx.pid_file(), std::process::id().to_string()).map_err(|e| e.to_string())?;
     let _pid = PidFile(ctx.pid_file());
     let deadline = tokio::time::Instant::now() + ctx.timeout;
@@ -532,7 +538,24 @@ fn waves(ctx: &Ctx, ev: &Evacuation, (phase, gate): (Phase, bool)) -> (Phase, bo
     now
 }
 
+/// One action, in a `drill.step` span (its kind and the wave under way): with traces
+/// exported, an evacuation is one trace of its steps and the registry calls they make.
 async fn perform(ctx: &Ctx, ev: &Evacuation, action: Action) -> Vec<Input> {
+    let wave = match ev.phase() {
+        Phase::Executing { wave } => *wave as i64,
+        _ => -1,
+    };
+    let kind = match &action {
+        Action::WaitHealthy { .. } => "wait_healthy",
+        Action::MoveShard { .. } => "move_shard",
+        Action::AbortMove { .. } => "abort_move",
+        Action::ObserveOwners { .. } => "observe_owners",
+        Action::Verify => "verify",
+    };
+    perform_action(ctx, ev, action).instrument(tracing::info_span!("drill.step", action = kind, wave)).await
+}
+
+async fn perform_action(ctx: &Ctx, ev: &Evacuation, action: Action) -> Vec<Input> {
     match action {
         Action::WaitHealthy { wave } => {
             let targets: Vec<String> = ev.progress().shards.iter().filter(|s| s.wave == wave).map(|s| s.to_cell.to_string()).collect();

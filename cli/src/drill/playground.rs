@@ -116,15 +116,17 @@ impl Reg {
         Reg { gateways: Arc::new(Upstream::new(t, gateways, Hints::Members)) }
     }
 
-    /// Sends `req` through the first gateway that answers.
+    /// Sends `req` through the first gateway that answers, in the trace of the current
+    /// span when traces are exported (a drill's steps are spans).
     pub async fn call<R, T, F, Fut>(&self, req: R, f: F) -> Result<T, tonic::Status>
     where
         R: Clone,
-        F: Fn(RegistryServiceClient<Channel>, R) -> Fut,
+        F: Fn(RegistryServiceClient<Channel>, tonic::Request<R>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let budget = Budget::per_attempt(Duration::from_secs(5));
-        self.gateways.call(budget, |ch| f(RegistryServiceClient::new(ch), req.clone())).await.map(|c| c.value).map_err(CallError::into_status)
+        let ctx = holdfast_rpc::CallContext::default();
+        self.gateways.call(budget, |ch| f(RegistryServiceClient::new(ch), ctx.request(req.clone()))).await.map(|c| c.value).map_err(CallError::into_status)
     }
 
     pub async fn list_shards(&self) -> Result<rpb::ListShardsResponse, tonic::Status> {
