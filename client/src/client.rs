@@ -133,3 +133,10 @@ impl Client {
         }
     }
 }
+
+/// A request in the trace of the caller's current span, when the application exports
+/// traces (`tracing` with an OpenTelemetry layer): the gateway and the cell continue
+/// it (docs/observability.md, "Traces"). Without one, a plain request.
+pub(crate) fn traced<T>(msg: T) -> tonic::Request<T> {
+    holdfast_rpc::CallContext::default().request(msg)
+}

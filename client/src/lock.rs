@@ -1,6 +1,7 @@
 //! [`Lock`]: a granted hold, carrying its fencing token. Released explicitly with
 //! [`Lock::release`], or in the background when dropped.
 
+use crate::client::traced;
 use crate::error::{Error, LossReason};
 use crate::session::Session;
 use holdfast_core::metric_names::HOLD_TIME;
@@ -139,7 +140,7 @@ async fn release(session: Session, name: LockName, token: FencingToken, granted_
             || cfg.request_timeout,
             |mut svc| {
                 let req = req.clone();
-                async move { svc.release(req).await }
+                async move { svc.release(traced(req)).await }
             },
         )
         .await;

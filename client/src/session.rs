@@ -9,7 +9,7 @@
 //! was sent — leaving the worker a third of the TTL to stop before the cell may
 //! expire the session and grant its locks to someone else.
 
-use crate::client::Client;
+use crate::client::{traced, Client};
 use crate::error::{Error, LossReason};
 use crate::lock::Lock;
 use holdfast_core::metric_names::{HELD_WITHOUT_PROGRESS, LEASE_EXPIRED_WHILE_HELD, RENEW_FAILURES};
@@ -259,7 +259,7 @@ impl Shared {
                 || timeout,
                 |mut svc| {
                     let req = req.clone();
-                    async move { svc.close_session(req).await }
+                    async move { svc.close_session(traced(req)).await }
                 },
             )
             .await;
@@ -294,7 +294,7 @@ impl Session {
                 || cfg.request_timeout,
                 |mut svc| {
                     let req = req.clone();
-                    async move { svc.create_session(req).await }
+                    async move { svc.create_session(traced(req)).await }
                 },
             )
             .await
@@ -427,7 +427,7 @@ impl Session {
                         let left = wait_until.saturating_duration_since(Instant::now()).as_millis() as u64;
                         req.wait_timeout_ms = left.max(1);
                     }
-                    async move { svc.acquire(req).await }
+                    async move { svc.acquire(traced(req)).await }
                 },
             )
             .await;
