@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 tf="${TERRAFORM_BIN:?scripts/setup.sh installs terraform and scripts/env.sh names it}"
 work=$(mktemp -d)
+# Every pod is rendered exporting traces to this collector (check_manifests.py checks).
+otlp=http://otel-collector.observability:4317
 trap 'rm -rf "$work"' EXIT
 # Terraform's working files go to the scratch dir, never into the repo.
 export TF_DATA_DIR="$work/data" TF_IN_AUTOMATION=1 TF_INPUT=0 CHECKPOINT_DISABLE=1
@@ -23,8 +25,8 @@ for module in topology kubernetes; do
   "$tf" -chdir="$dir" init -backend=false -no-color >/dev/null
   "$tf" -chdir="$dir" validate -no-color
   extra=()
-  [ "$module" = kubernetes ] && extra=(-var image=holdfast:ci -var cert_manager_issuer=holdfast-ca)
+  [ "$module" = kubernetes ] && extra=(-var image=holdfast:ci -var cert_manager_issuer=holdfast-ca -var "otlp_endpoint=$otlp")
   "$tf" -chdir="$dir" apply -auto-approve -no-color -state="$work/$module.tfstate" -var-file="$example" "${extra[@]}" >/dev/null
   echo "terraform: $module applied"
 done
-"$tf" -chdir=terraform/modules/kubernetes output -no-color -state="$work/kubernetes.tfstate" -json manifests | python3 terraform/tests/check_manifests.py
+"$tf" -chdir=terraform/modules/kubernetes output -no-color -state="$work/kubernetes.tfstate" -json manifests | EXPECT_OTLP="$otlp" python3 terraform/tests/check_manifests.py

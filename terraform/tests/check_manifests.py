@@ -9,13 +9,15 @@ Each StatefulSet (a cell, or a region's registry voter):
   - a headless Service publishing not-ready pods (Raft peers resolve each other
     before they are ready), a PodDisruptionBudget of maxUnavailable 1, a data volume
     per pod mounted at the config's data_dir, one node per Kubernetes node;
-  - a readiness probe (cells: GET /readyz over HTTPS on the metrics port), and a
+  - a readiness probe (GET /readyz over HTTPS on the metrics port), and a
     termination grace longer than the node's shutdown deadline (5 s).
 Each gateway Deployment: readiness on /readyz, the config in its ConfigMap, a Service.
+With EXPECT_OTLP set, every pod's OTEL_EXPORTER_OTLP_ENDPOINT is that collector.
 Every address any config or the bootstrap script names is a host some certificate
 names (so TLS verification succeeds), and every registry voter and cell node is named.
 """
 import json
+import os
 import sys
 import tomllib
 
@@ -26,6 +28,14 @@ findings = []
 def check(ok, what):
     if not ok:
         findings.append(what)
+
+
+def check_otlp(name, container):
+    """With EXPECT_OTLP set, every pod exports traces there (OTEL_EXPORTER_OTLP_ENDPOINT)."""
+    want = os.environ.get("EXPECT_OTLP")
+    if want:
+        got = [e.get("value") for e in container.get("env", []) if e["name"] == "OTEL_EXPORTER_OTLP_ENDPOINT"]
+        check(got == [want], f"{name}: OTEL_EXPORTER_OTLP_ENDPOINT is {got}, want [{want!r}]")
 
 
 def host(addr):
@@ -62,10 +72,8 @@ def main():
         anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
         check(anti["topologyKey"] == "kubernetes.io/hostname", f"{name}: two voters may share a machine")
         probe = c["readinessProbe"]
-        if role == "cell":
-            check(probe.get("httpGet", {}).get("path") == "/readyz" and probe["httpGet"]["scheme"] == "HTTPS", f"{name}: cell readiness is not GET /readyz over HTTPS")
-        else:
-            check("tcpSocket" in probe or "httpGet" in probe, f"{name}: no readiness probe")
+        check(probe.get("httpGet", {}).get("path") == "/readyz" and probe["httpGet"]["scheme"] == "HTTPS", f"{name}: {role} readiness is not GET /readyz over HTTPS")
+        check_otlp(name, c)
         svc = kinds["Service"].get(name)
         check(svc is not None and svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"], f"{name}: no headless Service publishing not-ready pods")
         pdb = kinds["PodDisruptionBudget"].get(name)
@@ -84,6 +92,7 @@ def main():
     for name, dep in kinds.get("Deployment", {}).items():
         c = dep["spec"]["template"]["spec"]["containers"][0]
         check(c["readinessProbe"]["httpGet"]["path"] == "/readyz", f"{name}: gateway readiness is not /readyz")
+        check_otlp(name, c)
         cm = kinds["ConfigMap"].get(f"{name}-config")
         check(cm is not None and "gateway.toml" in cm["data"], f"{name}: no gateway.toml")
         if cm:

@@ -48,6 +48,12 @@ variable "cert_manager_issuer" {
   default = "holdfast-ca"
 }
 
+variable "otlp_endpoint" {
+  description = "An OTLP/gRPC collector for traces; empty: none."
+  type        = string
+  default     = ""
+}
+
 variable "kubeconfig_contexts" {
   description = "The kubectl context of each region's cluster."
   type        = map(string)
@@ -81,6 +87,7 @@ module "holdfast" {
   gateway_host_pattern = var.gateway_host_pattern
   image                = var.image
   cert_manager_issuer  = var.cert_manager_issuer
+  otlp_endpoint        = var.otlp_endpoint
 }
 
 resource "kubernetes_manifest" "east" {

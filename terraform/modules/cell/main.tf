@@ -16,7 +16,7 @@ variable "cell" {
 }
 
 variable "settings" {
-  description = "What every pod shares: namespace, image, data_root, certs_root, insecure, storage, resources, cert_manager_issuer."
+  description = "What every pod shares: namespace, image, data_root, certs_root, insecure, storage, resources, cert_manager_issuer, otlp_endpoint."
   type        = any
 }
 
@@ -41,6 +41,7 @@ module "set" {
   storage             = var.settings.storage
   resources           = var.settings.resources
   cert_manager_issuer = var.settings.cert_manager_issuer
+  otlp_endpoint       = var.settings.otlp_endpoint
 }
 
 output "manifests" {

@@ -90,6 +90,7 @@ locals {
               name  = "holdfast"
               image = local.s.image
               args  = ["gateway", "run", "--config", "/etc/holdfast/config/gateway.toml"]
+              env   = [for e in [local.s.otlp_endpoint] : { name = "OTEL_EXPORTER_OTLP_ENDPOINT", value = e } if e != ""]
               ports = [{ name = "grpc", containerPort = local.gw.ports.client }, { name = "http", containerPort = local.gw.ports.http }]
               # Ready once it has listed placement from the registry (and, with TLS,
               # fetched the access policy).

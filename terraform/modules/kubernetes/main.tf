@@ -49,6 +49,12 @@ variable "cert_manager_issuer" {
   default     = ""
 }
 
+variable "otlp_endpoint" {
+  description = "An OTLP/gRPC collector (http://collector:4317) every pod exports traces to, as OTEL_EXPORTER_OTLP_ENDPOINT; empty: no traces (docs/observability.md)."
+  type        = string
+  default     = ""
+}
+
 variable "gateway_replicas" {
   type    = number
   default = 2
@@ -81,6 +87,7 @@ locals {
     storage             = var.storage
     resources           = r
     cert_manager_issuer = var.cert_manager_issuer
+    otlp_endpoint       = var.otlp_endpoint
   } }
 }
 

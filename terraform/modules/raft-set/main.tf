@@ -79,6 +79,12 @@ variable "cert_manager_issuer" {
   default     = ""
 }
 
+variable "otlp_endpoint" {
+  description = "OTLP/gRPC collector for traces (OTEL_EXPORTER_OTLP_ENDPOINT); empty: none."
+  type        = string
+  default     = ""
+}
+
 variable "termination_grace_seconds" {
   description = "Must exceed the node's shutdown_deadline_ms (default 5 s): a stopping leader hands over leadership, then closes RocksDB."
   type        = number
@@ -169,7 +175,8 @@ locals {
             name  = "holdfast"
             image = var.image
             args  = [var.role, "run", "--config", "/etc/holdfast/config/$(POD_NAME).toml"]
-            env   = [{ name = "POD_NAME", valueFrom = { fieldRef = { fieldPath = "metadata.name" } } }]
+            env = concat([{ name = "POD_NAME", valueFrom = { fieldRef = { fieldPath = "metadata.name" } } }],
+            [for e in [var.otlp_endpoint] : { name = "OTEL_EXPORTER_OTLP_ENDPOINT", value = e } if e != ""])
             ports = local.ports
             # A node is ready once it serves (docs/deploy.md, "Probes"). No liveness
             # probe: restarting a slow node only makes it slower to catch up.
