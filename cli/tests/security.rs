@@ -268,7 +268,7 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
             verdict(r.move_shard(rpb::MoveShardRequest { ns: ns_s, shard: "default".into(), to_cell: "nowhere-1".into(), planned: true }).await)
         }
         "RegistryService.AbortMove" => verdict(r.abort_move(rpb::AbortMoveRequest { ns: ns_s, shard: "default".into(), epoch: 999 }).await),
-        "RegistryService.WatchOwnership" => verdict(r.watch_ownership(rpb::WatchOwnershipRequest { from_revision: 0 }).await),
+        "RegistryService.WatchOwnership" => verdict(r.watch_ownership(rpb::WatchOwnershipRequest { from_revision: 0, ns: ns_s }).await),
         "RegistryService.GrantRole" => verdict(r.grant_role(rpb::GrantRoleRequest { grant: None }).await),
         "RegistryService.RevokeRole" => verdict(r.revoke_role(rpb::RevokeRoleRequest { grant: None }).await),
         "RegistryService.CreateToken" => verdict(r.create_token(rpb::CreateTokenRequest { name: "matrix".into(), sha256: "not-a-hash".into() }).await),
@@ -397,7 +397,17 @@ fn sessions_tokens_ports_and_the_audit_log() {
             request_id: rid.into(),
             ..Default::default()
         };
-        let token = mine.acquire(acquire(sid, "mine")).await.expect("the creator acquires on its session").into_inner().token;
+        // The shard may still be being adopted (MOVING): retried, as any client would.
+        let end = Instant::now() + WAIT;
+        let token = loop {
+            match mine.acquire(acquire(sid, "mine")).await {
+                Ok(r) => break r.into_inner().token,
+                Err(e) if holdfast_rpc::status::code_of(&e).is_some_and(|c| c.is_retryable()) && Instant::now() < end => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(e) => panic!("the creator acquires on its session: {e:?}"),
+            }
+        };
         for (who, t) in [("another holder", &holder2), ("root", &root)] {
             let mut theirs = LockServiceClient::new(t.channel(&grpc).unwrap());
             let denied = |r: Verdict, what: &str| assert_eq!(r, Verdict::Refused(ErrorCode::PermissionDenied), "{who} {what} another's session");
