@@ -127,6 +127,19 @@ impl ErrorCode {
         matches!(self, ErrorCode::NotLeader | ErrorCode::StaleEpoch | ErrorCode::Moving | ErrorCode::Unavailable | ErrorCode::RateLimited)
     }
 
+    /// How long a client should wait before sending a retryable request again, when
+    /// the server gives no better hint (`holdfast-retry-after-ms` metadata, the HTTP
+    /// `Retry-After` header); `None` for an answer no retry changes.
+    pub fn retry_after_ms(self) -> Option<u64> {
+        match self {
+            ErrorCode::NotLeader | ErrorCode::StaleEpoch => Some(0),
+            ErrorCode::Unavailable => Some(200),
+            ErrorCode::Moving => Some(500),
+            ErrorCode::RateLimited => Some(1000),
+            _ => None,
+        }
+    }
+
     pub fn grpc_code(self) -> GrpcCode {
         match self {
             ErrorCode::NotLeader | ErrorCode::Moving | ErrorCode::Unavailable => GrpcCode::Unavailable,
@@ -183,6 +196,9 @@ mod tests {
 
     #[test]
     fn only_transient_codes_are_retryable() {
+        for c in ErrorCode::ALL {
+            assert_eq!(c.retry_after_ms().is_some(), c.is_retryable(), "{c}: a retry delay exactly for retryable codes");
+        }
         assert!(ErrorCode::NotLeader.is_retryable());
         assert!(!ErrorCode::NotHolder.is_retryable());
         assert!(!ErrorCode::SessionExpired.is_retryable());

@@ -193,12 +193,13 @@ impl Gateway {
         let ctx = &self.authorize(ctx, Role::Holder, &req.shard)?;
         let key = shard_of(&req.shard)?;
         let config = self.known_namespace(&key).await?;
-        if !self.limits.admit(&key.ns, config.quotas.acquires_per_second, Instant::now()) {
+        if let Err(wait) = self.limits.admit(&key.ns, config.quotas.acquires_per_second, Instant::now()) {
             metrics::counter!(m::GATEWAY_RATE_LIMITED, "ns" => key.ns.to_string()).increment(1);
-            return Err(status(
+            let refused = status(
                 ErrorCode::RateLimited,
                 format!("namespace {} is at its limit of {} acquires/s; retry with backoff", key.ns, config.quotas.acquires_per_second),
-            ));
+            );
+            return Err(holdfast_rpc::status::with_retry_after(refused, wait));
         }
         if self.placement.owner(&key).is_some_and(|o| o.draining) {
             return Err(status(ErrorCode::Moving, format!("shard {key} is moving to another cell; retry shortly")));

@@ -17,7 +17,7 @@ use holdfast_proto::convert::{mode_to, shard_key};
 use holdfast_proto::json::{CheckView, ErrorBody, GrantView, LockView, NamespaceSpec, NamespaceView, OwnerView};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::registry::v1 as rpb;
-use holdfast_rpc::status::{code_of, status};
+use holdfast_rpc::status::{code_of, retry_after_of, status};
 use holdfast_rpc::{CallContext, Peer};
 use serde::{Deserialize, Serialize};
 use tonic::Status;
@@ -36,7 +36,13 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = code_of(&self.0).unwrap_or(ErrorCode::Unavailable);
         let http = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        let mut resp = (http, Json(ErrorBody { code, message: self.0.message().to_owned() })).into_response();
+        let retry_after_ms = retry_after_of(&self.0);
+        let body = ErrorBody { code, message: self.0.message().to_owned(), retryable: code.is_retryable(), retry_after_ms };
+        let mut resp = (http, Json(body)).into_response();
+        if let Some(ms) = retry_after_ms.filter(|ms| *ms > 0) {
+            // Retry-After counts whole seconds: rounded up, never 0 for a real wait.
+            resp.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(ms.div_ceil(1000)));
+        }
         // For the front door's count (`door.rs`).
         resp.extensions_mut().insert(code);
         resp
@@ -333,4 +339,35 @@ async fn break_lock(
     }
     let r = gw.break_lock(&ctx, pb::BreakLockRequest { shard: shard_ref(&k), name, reason: b.reason }).await?;
     Ok(Json(BreakAnswer { new_floor: r.new_floor.to_string() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::header::RETRY_AFTER;
+    use std::time::Duration;
+
+    async fn answer(s: Status) -> (u16, Option<String>, serde_json::Value) {
+        let resp = ApiError(s).into_response();
+        let status = resp.status().as_u16();
+        let after = resp.headers().get(RETRY_AFTER).map(|v| v.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+        (status, after, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn errors_say_whether_and_when_to_retry() {
+        // A rate limit knows when the next token comes: 1.2 s is a Retry-After of 2.
+        let limited = holdfast_rpc::status::with_retry_after(status(ErrorCode::RateLimited, "slow down"), Duration::from_millis(1200));
+        let (code, after, body) = answer(limited).await;
+        assert_eq!((code, after.as_deref()), (429, Some("2")));
+        assert_eq!(body, serde_json::json!({ "code": "RATE_LIMITED", "message": "slow down", "retryable": true, "retry_after_ms": 1200 }));
+        // Retryable without a hint: the code's default.
+        let (code, after, body) = answer(status(ErrorCode::Moving, "moving")).await;
+        assert_eq!((code, after.as_deref(), &body["retry_after_ms"]), (503, Some("1"), &serde_json::json!(500)));
+        // Final: no retry, no header, no delay.
+        let (code, after, body) = answer(status(ErrorCode::NotHolder, "gone")).await;
+        assert_eq!((code, after), (409, None));
+        assert_eq!(body, serde_json::json!({ "code": "NOT_HOLDER", "message": "gone", "retryable": false }));
+    }
 }

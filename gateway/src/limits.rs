@@ -5,7 +5,7 @@
 use holdfast_core::NamespaceName;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Debug)]
 struct Bucket {
@@ -15,7 +15,8 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn take(&mut self, now: Instant, rate: f64) -> bool {
+    /// Takes a token, or says how long until one is there.
+    fn take(&mut self, now: Instant, rate: f64) -> Result<(), Duration> {
         if (self.rate - rate).abs() > f64::EPSILON {
             // The namespace's config changed: keep the tokens, cap them at the new burst.
             self.rate = rate;
@@ -25,9 +26,9 @@ impl Bucket {
         self.last = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
-            true
+            Ok(())
         } else {
-            false
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
         }
     }
 }
@@ -40,8 +41,9 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// May one more acquire in `ns` pass now, at `per_second`?
-    pub fn admit(&self, ns: &NamespaceName, per_second: u32, now: Instant) -> bool {
+    /// May one more acquire in `ns` pass now, at `per_second`? If not, how long until
+    /// one may (the caller's `Retry-After`).
+    pub fn admit(&self, ns: &NamespaceName, per_second: u32, now: Instant) -> Result<(), Duration> {
         let rate = f64::from(per_second.max(1));
         let bucket = {
             let mut all = self.buckets.lock().expect("buckets lock");
@@ -55,7 +57,6 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn a_namespace_gets_its_rate_and_no_more_and_others_are_untouched() {
@@ -63,17 +64,18 @@ mod tests {
         let t0 = Instant::now();
         let busy = NamespaceName::new("busy").unwrap();
         let quiet = NamespaceName::new("quiet").unwrap();
-        let admitted = (0..50).filter(|_| limits.admit(&busy, 10, t0)).count();
+        let admitted = (0..50).filter(|_| limits.admit(&busy, 10, t0).is_ok()).count();
         assert_eq!(admitted, 10, "one second of burst");
-        assert!(limits.admit(&quiet, 10, t0), "another namespace is not slowed");
-        assert!(!limits.admit(&busy, 10, t0 + Duration::from_millis(50)));
-        assert!(limits.admit(&busy, 10, t0 + Duration::from_millis(100)), "refilled at 10/s");
+        assert!(limits.admit(&quiet, 10, t0).is_ok(), "another namespace is not slowed");
+        let wait = limits.admit(&busy, 10, t0 + Duration::from_millis(50)).unwrap_err();
+        assert!((Duration::from_millis(45)..=Duration::from_millis(55)).contains(&wait), "half a token refilled, half to go: {wait:?}");
+        assert!(limits.admit(&busy, 10, t0 + Duration::from_millis(100)).is_ok(), "refilled at 10/s");
         // Over 10 s at a steady push, about 10/s pass.
         let mut now = t0 + Duration::from_secs(1);
         let mut passed = 0;
         for _ in 0..1_000 {
             now += Duration::from_millis(10);
-            passed += usize::from(limits.admit(&busy, 10, now));
+            passed += usize::from(limits.admit(&busy, 10, now).is_ok());
         }
         assert!((95..=110).contains(&passed), "{passed}");
     }

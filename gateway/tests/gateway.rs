@@ -290,7 +290,13 @@ async fn rate_limit_answers_rate_limited_and_spares_other_namespaces() {
     let mut limited = 0;
     for i in 0..30 {
         match c.clone().acquire(acquire_req("busy", busy, &format!("k{i}"), &format!("b{i}"))).await {
-            Err(e) if code(&e) == "RATE_LIMITED" => limited += 1,
+            Err(e) if code(&e) == "RATE_LIMITED" => {
+                // The answer says when the next acquire may pass: within the second
+                // of refill at 5/s.
+                let after: u64 = e.metadata().get("holdfast-retry-after-ms").expect("a retry-after hint").to_str().unwrap().parse().unwrap();
+                assert!(after <= 1000, "{after} ms");
+                limited += 1
+            }
             Err(e) => assert!(["MOVING", "UNAVAILABLE"].contains(&code(&e).as_str()), "{e:?}"),
             Ok(_) => {}
         }
@@ -393,5 +399,57 @@ async fn an_sdk_session_recreates_itself_after_its_shard_moves() {
     let again = second.acquire("x", holdfast_client::AcquireOptions::new().wait(Duration::from_secs(5))).await.unwrap();
     assert!(again.token() > t1);
     assert_eq!(again.token().epoch().0, 2);
+    w.shutdown().await;
+}
+
+/// The SDK's ownership cache (issue #18) over a gateway: it lists, then follows the
+/// watch; a planned move shows within moments with its new epoch, on the changes
+/// stream too; and a move made while its watch is broken shows once it has listed
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ownership_cache_follows_moves_and_survives_a_broken_watch() {
+    let _g = serial().await;
+    let w = World::start(true).await;
+    w.namespace("pay", pb::Posture::FailClosed, 0).await;
+    let mut reg = w.registry_client().await;
+    reg.place_shard(rpb::PlaceShardRequest { ns: "pay".into(), shard: "s2".into(), cell: "a".into() }).await.unwrap();
+    let client = holdfast_client::Client::connect(&[w.gateway.grpc_addr().to_string()]).await.unwrap();
+    let cache = client.ownership_cache("pay").await.unwrap();
+    let at = |shard: &str| cache.owner(shard).map(|o| (o.cell, o.epoch));
+    assert_eq!(at("default"), Some(("a".into(), 1)));
+    assert_eq!(at("s2"), Some(("a".into(), 1)));
+    assert_eq!(at("nope"), None);
+    let mut changes = cache.changes();
+
+    info!("--- a planned move: the cache has the new owner and epoch, and says so");
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while at("default") != Some(("b".into(), 2)) {
+        assert!(Instant::now() < deadline, "the cache never saw the move: {:?}", at("default"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut seen = Vec::new();
+    while let Ok(c) = changes.try_recv() {
+        seen.push((c.shard, c.owner.cell, c.owner.epoch, c.owner.moving_to));
+    }
+    assert!(seen.contains(&("default".into(), "a".into(), 1, Some("b".into()))), "the move begun: {seen:?}");
+    assert_eq!(seen.last(), Some(&("default".into(), "b".into(), 2, None)), "the move done: {seen:?}");
+
+    info!("--- its watch breaks (the gateway loses the registry) while s2 moves");
+    let relists = cache.relists();
+    w.cut_gateway_from_registry(true);
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "s2".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while reg.get_owner(rpb::GetOwnerRequest { ns: "pay".into(), shard: "s2".into() }).await.unwrap().into_inner().owner.unwrap().epoch != 2 {
+        assert!(Instant::now() < deadline, "the move of s2 did not complete");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    w.cut_gateway_from_registry(false);
+    let deadline = Instant::now() + WAIT;
+    while at("s2") != Some(("b".into(), 2)) {
+        assert!(Instant::now() < deadline, "the cache never caught up after its watch broke: {:?}", at("s2"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cache.relists() > relists, "it listed again to catch up");
     w.shutdown().await;
 }

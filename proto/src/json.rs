@@ -18,11 +18,16 @@ pub fn session_hex(id: u64) -> String {
     format!("{id:#018x}")
 }
 
-/// An error answer: the stable code and what happened.
+/// An error answer: the stable code, what happened, whether the same request may be
+/// sent again, and after how long (also the `Retry-After` header, in seconds).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub code: ErrorCode,
     pub message: String,
+    #[serde(default)]
+    pub retryable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 /// The limits of a namespace.

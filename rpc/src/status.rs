@@ -21,6 +21,29 @@ pub const TRACEPARENT: &str = "traceparent";
 /// W3C trace state, passed on with [`TRACEPARENT`].
 pub const TRACESTATE: &str = "tracestate";
 
+/// Metadata key of how long, in ms, the caller should wait before retrying (a rate
+/// limit knows exactly); absent, the code's default ([`ErrorCode::retry_after_ms`]).
+pub const RETRY_AFTER_METADATA: &str = "holdfast-retry-after-ms";
+
+/// `s`, telling the caller to retry after `after`.
+pub fn with_retry_after(mut s: tonic::Status, after: std::time::Duration) -> tonic::Status {
+    let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+    if let Ok(v) = ms.to_string().parse() {
+        s.metadata_mut().insert(RETRY_AFTER_METADATA, v);
+    }
+    s
+}
+
+/// How long the caller of a failed call should wait before retrying it: the server's
+/// hint, else the code's default; `None` when no retry changes the answer.
+pub fn retry_after_of(s: &tonic::Status) -> Option<u64> {
+    let code = code_of(s)?;
+    if !code.is_retryable() {
+        return None;
+    }
+    s.metadata().get(RETRY_AFTER_METADATA).and_then(|v| v.to_str().ok()?.parse().ok()).or(code.retry_after_ms())
+}
+
 /// A gRPC status for `code`, with the stable string in metadata.
 pub fn status(code: ErrorCode, message: impl Into<String>) -> tonic::Status {
     let grpc = tonic::Code::from_i32(code.grpc_code() as i32);
