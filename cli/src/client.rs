@@ -348,8 +348,13 @@ pub enum LockCmd {
         from_revision: u64,
     },
     /// Hold a lock while a command runs (like `consul lock`): the token is passed in
-    /// HOLDFAST_TOKEN, the session is kept alive, and the command is stopped if the lease
-    /// is lost. Exits with the command's status.
+    /// HOLDFAST_TOKEN, the session is kept alive, and the command (its whole process
+    /// group) is stopped if the lease is lost; SIGINT and SIGTERM are passed on to it,
+    /// then the lock is released.
+    ///
+    /// Exit status: the command's own (128+N if signal N ended it); 75 the lock was not
+    /// acquired; 76 the lease was lost while it ran; 127 it could not be started; 1
+    /// anything else.
     ///
     /// Example: holdfast lock exec --ns demo nightly-report -- ./report.sh --full
     Exec {

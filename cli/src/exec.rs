@@ -2,50 +2,138 @@
 //!
 //! The session renews itself (the SDK); the child gets the token in `HOLDFAST_TOKEN`
 //! (and the lock and namespace in `HOLDFAST_LOCK`, `HOLDFAST_NS`) to fence its writes.
-//! If the lease is lost, the child is sent SIGTERM, then SIGKILL after 5 s, and exec
-//! exits 1; otherwise it releases the lock and exits with the child's status.
+//! The child runs in a process group of its own, so whatever it starts is stopped
+//! with it:
+//!
+//! - SIGINT or SIGTERM to holdfast is passed on to the child's group; once the child
+//!   has exited (or [`GRACE`] later, killed), the rest of its group is killed and the
+//!   lock released;
+//! - if the lease is lost first, the group gets SIGTERM, then SIGKILL after [`GRACE`].
+//!
+//! Exit status ([`EXIT_NOT_ACQUIRED`], [`EXIT_LEASE_LOST`]; docs/sdk.md, "lock exec"):
+//! the child's own status; 128 + N if a signal N ended it; 75 when the lock was not
+//! acquired (held past the wait, rate limited, unreachable); 76 when the lease was lost
+//! while the child ran; 127 when the command could not be started; 1 for anything else
+//! (bad arguments, an unknown namespace).
 
-use holdfast_client::{AcquireOptions, Client, SessionOptions};
-use std::process::Stdio;
+use holdfast_client::{AcquireOptions, Client, Error, SessionOptions};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
-use tokio::process::Command;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, SignalKind};
 use tracing::warn;
 
+/// How long the child's group has to exit after a signal before it is killed.
+pub const GRACE: Duration = Duration::from_secs(5);
+/// The lock was not acquired (sysexits' EX_TEMPFAIL: try again later).
+pub const EXIT_NOT_ACQUIRED: i32 = 75;
+/// The lease was lost while the child ran; the child was stopped.
+pub const EXIT_LEASE_LOST: i32 = 76;
+/// The command could not be started (as a shell says it).
+pub const EXIT_CANNOT_RUN: i32 = 127;
+
+/// Signals `sig` to every process of group `pgid` (the child's).
+fn signal_group(pgid: u32, sig: &str) {
+    let _ = std::process::Command::new("kill").args(["-s", sig, "--", &format!("-{pgid}")]).stderr(Stdio::null()).status();
+}
+
+/// 128 + N for a signal N, else the exit code.
+fn status_code(s: ExitStatus) -> i32 {
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+/// Waits for the child up to [`GRACE`], then kills its group; then kills whatever is
+/// left of the group either way (what the child started in the background).
+async fn stop_group(child: &mut Child, pgid: u32) -> Option<ExitStatus> {
+    let status = match tokio::time::timeout(GRACE, child.wait()).await {
+        Ok(s) => s.ok(),
+        Err(_) => {
+            signal_group(pgid, "KILL");
+            child.wait().await.ok()
+        }
+    };
+    signal_group(pgid, "KILL");
+    status
+}
+
+fn not_acquired(e: &Error) -> bool {
+    e.code().is_some_and(|c| c.is_retryable() || matches!(c, holdfast_core::ErrorCode::LockHeld | holdfast_core::ErrorCode::Timeout)) || e.code().is_none()
+}
+
+/// Runs the command under the lock and exits with the status above.
 pub async fn run(client: Client, ns: &str, shard: &str, name: &str, ttl_ms: u64, wait_ms: u64, command: &[String]) -> Result<(), String> {
     let (program, args) = command.split_first().ok_or("nothing to run after --")?;
-    let session =
-        client.create_session(SessionOptions::new(ns, shard, Duration::from_millis(ttl_ms)).label("holdfast lock exec")).await.map_err(|e| e.to_string())?;
-    let lock = session.acquire(name, AcquireOptions::new().wait(Duration::from_millis(wait_ms))).await.map_err(|e| e.to_string())?;
+    // Signals are ours from here on: a Ctrl-C while waiting for the lock leaves nothing
+    // behind (the session is closed when dropped).
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let acquire = async {
+        let session = client.create_session(SessionOptions::new(ns, shard, Duration::from_millis(ttl_ms)).label("holdfast lock exec")).await?;
+        let lock = session.acquire(name, AcquireOptions::new().wait(Duration::from_millis(wait_ms))).await?;
+        Ok::<_, Error>((session, lock))
+    };
+    let (session, lock) = tokio::select! {
+        r = acquire => match r {
+            Ok(held) => held,
+            Err(e) if not_acquired(&e) => {
+                eprintln!("error: {ns}/{shard}/{name} not acquired: {e}");
+                std::process::exit(EXIT_NOT_ACQUIRED);
+            }
+            Err(e) => return Err(e.to_string()),
+        },
+        _ = interrupt.recv() => std::process::exit(128 + 2),
+        _ = terminate.recv() => std::process::exit(128 + 15),
+    };
     eprintln!("holding {ns}/{shard}/{name} with token {}; running {program}", lock.token().0);
-    let mut child = Command::new(program)
+    let spawned = Command::new(program)
         .args(args)
         .env("HOLDFAST_TOKEN", lock.token().0.to_string())
         .env("HOLDFAST_LOCK", name)
         .env("HOLDFAST_NS", ns)
         .stdin(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    tokio::select! {
+        .process_group(0)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot run {program}: {e}");
+            let _ = lock.release().await;
+            let _ = session.close().await;
+            std::process::exit(EXIT_CANNOT_RUN);
+        }
+    };
+    let pgid = child.id().ok_or("the child exited before it could be watched")?;
+    let code = tokio::select! {
         status = child.wait() => {
             let status = status.map_err(|e| e.to_string())?;
-            lock.release().await.map_err(|e| e.to_string())?;
-            let _ = session.close().await;
-            match status.code() {
-                Some(0) => Ok(()),
-                // The command's own status, as `consul lock` does.
-                Some(c) => std::process::exit(c),
-                None => Err(format!("{program} was killed by a signal")),
-            }
+            // The child is done; what it left running in its group goes with it.
+            signal_group(pgid, "KILL");
+            status_code(status)
+        }
+        _ = interrupt.recv() => {
+            signal_group(pgid, "INT");
+            stop_group(&mut child, pgid).await.map_or(128 + 2, status_code)
+        }
+        _ = terminate.recv() => {
+            signal_group(pgid, "TERM");
+            stop_group(&mut child, pgid).await.map_or(128 + 15, status_code)
         }
         reason = lock.lost() => {
             warn!(%reason, "lease lost: stopping the command");
-            if let Some(pid) = child.id() {
-                let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-            }
-            if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
-                let _ = child.kill().await;
-            }
-            Err(format!("lost the lock ({reason}); {program} was stopped"))
+            eprintln!("error: lost {ns}/{shard}/{name} ({reason}); stopping {program}");
+            signal_group(pgid, "TERM");
+            stop_group(&mut child, pgid).await;
+            std::process::exit(EXIT_LEASE_LOST);
         }
+    };
+    if let Err(e) = lock.release().await {
+        eprintln!("warning: releasing {ns}/{shard}/{name}: {e} (it ends with the session)");
+    }
+    let _ = session.close().await;
+    if code == 0 {
+        Ok(())
+    } else {
+        std::process::exit(code)
     }
 }

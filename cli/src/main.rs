@@ -96,6 +96,15 @@ enum Cmd {
     /// One worker of `holdfast demo` (started by it).
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
+    /// Shell completions, on stdout.
+    ///
+    /// Example: holdfast completion bash > /etc/bash_completion.d/holdfast
+    ///          holdfast completion zsh > "${fpath[1]}/_holdfast"
+    ///          holdfast completion fish > ~/.config/fish/completions/holdfast.fish
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -150,6 +159,11 @@ fn main() -> ExitCode {
             Cmd::Drill(c) => drill::run(c).await,
             Cmd::Demo(a) => demo::run(a).await,
             Cmd::DemoWorker(a) => demo::worker(a).await,
+            Cmd::Completion { shell } => {
+                use clap::CommandFactory;
+                clap_complete::generate(shell, &mut Cli::command(), "holdfast", &mut std::io::stdout());
+                Ok(())
+            }
         }
     });
     if let Some(t) = traces {
@@ -194,5 +208,22 @@ mod tests {
         envs(&Cli::command(), &mut read);
         let skipped: BTreeSet<String> = holdfast_core::CLI_ONLY_ENV.iter().map(|s| s.to_string()).collect();
         assert_eq!(read, skipped, "the CLI's env vars and holdfast_core::CLI_ONLY_ENV differ");
+    }
+
+    #[test]
+    fn completions_name_the_commands_in_each_shell() {
+        for (shell, marker) in [
+            (clap_complete::Shell::Bash, "_holdfast()"),
+            (clap_complete::Shell::Zsh, "#compdef holdfast"),
+            (clap_complete::Shell::Fish, "complete -c holdfast"),
+        ] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "holdfast", &mut out);
+            let text = String::from_utf8(out).unwrap();
+            assert!(text.contains(marker), "{shell}: no {marker:?}");
+            for word in ["evacuate", "acquire", "--endpoints", "completion"] {
+                assert!(text.contains(word), "{shell} completion lacks {word}");
+            }
+        }
     }
 }

@@ -92,6 +92,11 @@ impl Client {
         &self.inner.config
     }
 
+    /// The leader-following caller of this client's endpoints.
+    pub(crate) fn upstream(&self) -> &Upstream {
+        &self.inner.upstream
+    }
+
     /// One pass over the nodes, each attempt bounded by `timeout` and the pass by
     /// `until` (see `holdfast_rpc::Upstream::call`). Returns the answer and when the
     /// attempt that got it was sent.

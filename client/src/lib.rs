@@ -12,12 +12,15 @@
 //!   ([`SessionOptions::progress_timeout`], [`Session::progress`]);
 //! - [`Lock`]: a hold with its [`FencingToken`], released explicitly or on drop, and
 //!   lost with its session;
+//! - [`Election`]: leader election on a lock (campaign, leader, resign by release),
+//!   the leader fenced by its token;
+//! - [`OwnershipCache`]: a namespace's shard owners from memory, listed then watched
+//!   from the listed revision, resuming after a broken watch;
 //! - the SDK's metrics: `lock_lease_expired_while_held_total{ns}`,
 //!   `lock_renew_failures_total{ns}`, `lock_hold_time_seconds{ns}`.
 //!
 //! What does not: the fencing check itself (the resource's: `holdfast-fence`, kept
-//! out of this crate so RocksDB never reaches a client), placement lookups and the
-//! gateway, how bytes travel (`holdfast-rpc`), and anything of the servers. `docs/sdk.md` says how to use it.
+//! out of this crate so RocksDB never reaches a client), the gateway's routing, how bytes travel (`holdfast-rpc`), and anything of the servers. `docs/sdk.md` says how to use it.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), holdfast_client::Error> {
@@ -40,16 +43,20 @@
 //! ```
 
 mod client;
+mod election;
 mod error;
 mod keeper;
 mod lock;
+mod ownership;
 mod session;
 
 pub use client::{Client, ClientConfig};
+pub use election::{Election, Leader};
 pub use error::{Error, LossReason};
 pub use holdfast_rpc::{RetryPolicy, Transport, TransportOptions};
 pub use keeper::SessionKeeper;
 pub use lock::Lock;
+pub use ownership::{Owner, OwnershipCache, OwnershipChange};
 pub use session::{AcquireOptions, Session, SessionOptions};
 
 pub use holdfast_core::{ErrorCode, FencingToken, LockName, Mode, SessionId, ShardKey};

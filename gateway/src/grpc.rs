@@ -126,7 +126,8 @@ macro_rules! registry_front {
 
             async fn watch_ownership(&self, r: Request<rpb::WatchOwnershipRequest>) -> Result<Response<Self::WatchOwnershipStream>, Status> {
                 let (ctx, req) = split(r);
-                let s = self.0.registry(&ctx, Need::Operator, req, |mut c, r| async move { c.watch_ownership(r).await }).await?;
+                let need = in_ns(Role::Reader, &req.ns)?;
+                let s = self.0.registry(&ctx, need, req, |mut c, r| async move { c.watch_ownership(r).await }).await?;
                 Ok(Response::new(Box::pin(s)))
             }
 

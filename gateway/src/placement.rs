@@ -254,9 +254,15 @@ impl Placement {
             Err(e) => return format!("listing shards: {e}"),
         };
         info!(revision = from, "placement listed; following the ownership watch");
-        let req = rpb::WatchOwnershipRequest { from_revision: from };
+        let req = rpb::WatchOwnershipRequest { from_revision: from, ns: String::new() };
         // The watch is a stream: open it on whichever member answers, then read it.
-        let stream = self.registry.call(self.budget(), |ch| async move { RegistryServiceClient::new(ch).watch_ownership(req).await }).await;
+        let stream = self
+            .registry
+            .call(self.budget(), |ch| {
+                let req = req.clone();
+                async move { RegistryServiceClient::new(ch).watch_ownership(req).await }
+            })
+            .await;
         let mut stream = match stream {
             Ok(s) => s.value,
             Err(e) => return format!("opening the watch: {e}"),

@@ -91,7 +91,7 @@ impl World {
     /// Every ownership event so far.
     async fn history(&self) -> Vec<rpb::OwnershipEvent> {
         let mut r = self.registry_client().await;
-        let mut s = r.watch_ownership(rpb::WatchOwnershipRequest { from_revision: 0 }).await.unwrap().into_inner();
+        let mut s = r.watch_ownership(rpb::WatchOwnershipRequest { from_revision: 0, ns: String::new() }).await.unwrap().into_inner();
         let mut out = Vec::new();
         while let Ok(Ok(Some(e))) = tokio::time::timeout(Duration::from_millis(300), s.message()).await {
             out.push(e);

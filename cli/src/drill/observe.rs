@@ -91,7 +91,8 @@ pub async fn watch_ownership(reg: Reg, rec: Arc<Recorder>, owners: Owners, stop:
             record_owner(&rec, &owners, &o.ns, &o.shard, &o.region, &o.cell, o.epoch, &o.to_cell);
         }
         let from = list.revision;
-        let stream = reg.call(rpb::WatchOwnershipRequest { from_revision: from }, |mut c, r| async move { c.watch_ownership(r).await }).await;
+        let stream =
+            reg.call(rpb::WatchOwnershipRequest { from_revision: from, ns: String::new() }, |mut c, r| async move { c.watch_ownership(r).await }).await;
         let Ok(mut stream) = stream else { continue };
         loop {
             tokio::select! {

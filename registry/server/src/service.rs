@@ -295,7 +295,12 @@ impl RegistryService for RegistryApi {
     type WatchOwnershipStream = BoxStream<pb::OwnershipEvent>;
 
     async fn watch_ownership(&self, req: Request<pb::WatchOwnershipRequest>) -> Result<Response<Self::WatchOwnershipStream>, Status> {
-        let from = Revision(req.into_inner().from_revision);
+        let req = req.into_inner();
+        let from = Revision(req.from_revision);
+        // Events of other namespaces still advance `last`: a filtered watch resumes
+        // from the same revisions as a full one.
+        let only = (!req.ns.is_empty()).then_some(req.ns);
+        let wanted = move |ev: &holdfast_registry_state::OwnershipEvent| only.as_deref().is_none_or(|ns| ev.shard.ns.as_str() == ns);
         // Subscribe before reading the history, so no event falls between the two.
         let mut live = self.reg.hooks.subscribe();
         let history = self.reg.read(|st| st.events_after(from)).await?.map_err(history_status)?;
@@ -304,10 +309,10 @@ impl RegistryService for RegistryApi {
         self.reg.tasks.spawn("ownership watch stream", async move {
             let mut last = from;
             for ev in &history {
-                if tx.send(Ok(cv::event_to(ev))).await.is_err() {
+                last = ev.revision;
+                if wanted(ev) && tx.send(Ok(cv::event_to(ev))).await.is_err() {
                     return;
                 }
-                last = ev.revision;
             }
             loop {
                 let next = tokio::select! {
@@ -333,7 +338,7 @@ impl RegistryService for RegistryApi {
                         continue;
                     }
                     last = ev.revision;
-                    if tx.send(Ok(cv::event_to(&ev))).await.is_err() {
+                    if wanted(&ev) && tx.send(Ok(cv::event_to(&ev))).await.is_err() {
                         return;
                     }
                 }

@@ -246,7 +246,7 @@ async fn a_watcher_resumed_from_a_revision_misses_nothing() {
     assert_eq!(start, 1, "the placement is the first ownership event");
 
     info!("--- a watcher from the start sees the placement and a move begun");
-    let mut w = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 0 }).await.unwrap().into_inner();
+    let mut w = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 0, ns: String::new() }).await.unwrap().into_inner();
     c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: true }).await.unwrap();
     let mut seen = Vec::new();
     for _ in 0..2 {
@@ -259,7 +259,7 @@ async fn a_watcher_resumed_from_a_revision_misses_nothing() {
 
     info!("--- resumed from the last revision it saw, it gets the rest, then live events");
     let last = seen.last().unwrap().revision;
-    let mut w = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: last }).await.unwrap().into_inner();
+    let mut w = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: last, ns: String::new() }).await.unwrap().into_inner();
     for _ in 0..3 {
         seen.push(tokio::time::timeout(WAIT, w.next()).await.unwrap().unwrap().unwrap());
     }
@@ -283,8 +283,18 @@ async fn a_watcher_resumed_from_a_revision_misses_nothing() {
     );
     assert!(seen[2].sealed);
 
+    info!("--- a watch of one namespace gets its events only, from the same revisions");
+    let mut pay = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 4, ns: "pay".into() }).await.unwrap().into_inner();
+    let mut other = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 0, ns: "other".into() }).await.unwrap().into_inner();
+    let got: Vec<u64> = vec![
+        tokio::time::timeout(WAIT, pay.next()).await.unwrap().unwrap().unwrap().revision,
+        tokio::time::timeout(WAIT, pay.next()).await.unwrap().unwrap().unwrap().revision,
+    ];
+    assert_eq!(got, vec![5, 6]);
+    assert!(tokio::time::timeout(Duration::from_millis(300), other.next()).await.is_err(), "another namespace's watch saw pay's events");
+
     info!("--- a revision ahead of the registry is refused");
-    let e = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 1_000 }).await.map(drop).unwrap_err();
+    let e = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 1_000, ns: String::new() }).await.map(drop).unwrap_err();
     assert_eq!(code(&e), "INVALID_ARGUMENT");
     reg.shutdown().await;
 }
