@@ -98,7 +98,9 @@ impl GatewayServer {
         }
 
         let ready: holdfast_telemetry::Readiness = Arc::new(is_ready);
-        let status = axum::Router::new().route("/status", axum::routing::get(crate::status::page)).with_state((gw.clone(), cfg.region.clone()));
+        let status = axum::Router::new()
+            .route("/status", axum::routing::get(crate::status::page))
+            .with_state(crate::status::StatusPage::new(gw.clone(), cfg.region.clone()));
         let app = crate::http::router(gw).merge(holdfast_telemetry::router(ready)).merge(status);
         {
             let stop = tasks.stop_token();

@@ -22,6 +22,7 @@ use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient
 use holdfast_rpc::{Budget, Channel};
 use maud::{html, Markup, DOCTYPE};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How often the page reloads itself, seconds.
@@ -247,9 +248,52 @@ pub fn render(s: &Snapshot) -> Markup {
     }
 }
 
+/// Loads within this long of the last read share it: one page fans out to the registry
+/// and every cell, and callers must not be able to multiply that load.
+const REUSE_FOR: Duration = Duration::from_secs(1);
+
+/// The last page rendered, reused for [`REUSE_FOR`]; loads that arrive while a read is
+/// in flight wait for it instead of starting their own.
+#[derive(Debug, Default)]
+pub struct Reuse {
+    last: tokio::sync::Mutex<Option<(tokio::time::Instant, Arc<String>)>>,
+}
+
+impl Reuse {
+    /// The page rendered less than [`REUSE_FOR`] ago, else a new one from `read`.
+    pub async fn get<F, Fut>(&self, read: F) -> Arc<String>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = String>,
+    {
+        let mut last = self.last.lock().await;
+        if let Some((_, page)) = last.as_ref().filter(|(at, _)| at.elapsed() < REUSE_FOR) {
+            return page.clone();
+        }
+        let page = Arc::new(read().await);
+        *last = Some((tokio::time::Instant::now(), page.clone()));
+        page
+    }
+}
+
+/// What `GET /status` needs: the gateway, its region, the last page.
+#[derive(Debug, Clone)]
+pub struct StatusPage {
+    gw: Gateway,
+    region: String,
+    reuse: Arc<Reuse>,
+}
+
+impl StatusPage {
+    pub fn new(gw: Gateway, region: String) -> StatusPage {
+        StatusPage { gw, region, reuse: Arc::default() }
+    }
+}
+
 /// The handler: `GET /status`.
-pub async fn page(State((gw, region)): State<(Gateway, String)>) -> Html<String> {
-    Html(render(&snapshot(&gw, &region).await).into_string())
+pub async fn page(State(p): State<StatusPage>) -> Html<String> {
+    let page = p.reuse.get(|| async { render(&snapshot(&p.gw, &p.region).await).into_string() }).await;
+    Html(page.as_str().to_owned())
 }
 
 #[cfg(test)]
@@ -291,6 +335,20 @@ mod tests {
         assert!(page.contains("moving to west-1") && page.contains("planned (drain, seal)"), "{page}");
         assert!(page.contains("node 2") && page.contains("unreachable: connection refused"), "{page}");
         assert!(!page.contains("<script") && !page.contains("http://") && !page.contains("https://"), "no scripts, no external assets: {page}");
+    }
+
+    #[tokio::test]
+    async fn loads_within_a_second_share_one_read() {
+        let reuse = Reuse::default();
+        let reads = std::sync::atomic::AtomicUsize::new(0);
+        let read = || async {
+            let n = reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            format!("page {n}")
+        };
+        assert_eq!(*reuse.get(read).await, "page 1");
+        assert_eq!(*reuse.get(read).await, "page 1", "reused within the second");
+        tokio::time::sleep(REUSE_FOR + Duration::from_millis(50)).await;
+        assert_eq!(*reuse.get(read).await, "page 2", "read again after it");
     }
 
     #[test]
