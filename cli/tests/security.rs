@@ -288,6 +288,7 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
                 "acquire" => json!({ "session": session, "request_id": "r" }),
                 "release" | "check" => json!({ "token": "1" }),
                 "move" => json!({ "to_cell": "nowhere-1" }),
+                "place" => json!({ "cell": "nowhere-1" }),
                 "break" => json!({ "reason": "the security matrix" }),
                 _ => Value::Null,
             };

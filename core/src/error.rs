@@ -25,6 +25,7 @@ pub enum GrpcCode {
 /// clients should match on (gRPC metadata `holdfast-code`, HTTP JSON `code`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum ErrorCode {
     /// This node is not the leader; the leader's client address travels in metadata.
     NotLeader,

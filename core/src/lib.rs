@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 /// How a lock is held: one exclusive holder, or many shared holders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Mode {
     Exclusive,
     Shared,

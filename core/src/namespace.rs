@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// What a lock in this namespace protects, which decides the defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Intent {
     /// Duplicate work is harmless; the lock only saves effort.
     Efficiency,
@@ -19,6 +20,7 @@ pub enum Intent {
 /// What the gateway does when the namespace's cell is unreachable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Posture {
     /// No lock, no work: answer `UNAVAILABLE`.
     FailClosed,

@@ -47,6 +47,16 @@ impl Need {
         Ok(Need::In(role, ns))
     }
 
+    /// `role` in `ns`, or `operator` when `ns` is empty (a call about every
+    /// namespace: a listing, a watch).
+    pub fn ns_or_operator(role: Role, ns: &str) -> Result<Need, Status> {
+        if ns.is_empty() {
+            Ok(Need::Operator)
+        } else {
+            Need::ns(role, ns)
+        }
+    }
+
     fn covered_by(&self, g: &Grant) -> bool {
         match self {
             Need::In(role, ns) => g.covers(*role, Some(ns)),

@@ -30,6 +30,9 @@ const WAIT_GRACE: Duration = Duration::from_secs(2);
 /// The least time one member gets to answer a renewal, however short the caller's
 /// deadline (see `keep_alive`).
 const MIN_RENEWAL_ATTEMPT: Duration = Duration::from_millis(200);
+/// The most HTTP event streams (Server-Sent Events) one gateway serves at once: each
+/// holds a watch on the registry or a cell.
+pub const MAX_EVENT_STREAMS: usize = 1024;
 
 /// The gateway's shared state: placement, limits, and the tasks that forward renewal
 /// streams. Cheap to clone.
@@ -41,6 +44,8 @@ pub struct Gateway {
     tasks: Tasks,
     /// Default bound of one upstream attempt.
     timeout: Duration,
+    /// Places for HTTP event streams ([`MAX_EVENT_STREAMS`]).
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 fn invalid(msg: String) -> Status {
@@ -55,7 +60,24 @@ pub fn shard_of(r: &Option<pb::ShardRef>) -> Result<ShardKey, Status> {
 
 impl Gateway {
     pub fn new(placement: Arc<Placement>, access: Arc<Access>, tasks: Tasks, timeout: Duration) -> Gateway {
-        Gateway { placement, access, limits: Arc::new(Limits::default()), tasks, timeout }
+        let streams = Arc::new(tokio::sync::Semaphore::new(MAX_EVENT_STREAMS));
+        Gateway { placement, access, limits: Arc::new(Limits::default()), tasks, timeout, streams }
+    }
+
+    /// A place for one more HTTP event stream, held while it lasts; `UNAVAILABLE`
+    /// while the gateway serves its most.
+    pub fn stream_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        self.streams.clone().try_acquire_owned().map_err(|_| {
+            let busy =
+                status(ErrorCode::Unavailable, format!("this gateway serves its most event streams ({MAX_EVENT_STREAMS}); retry, or use another gateway"));
+            holdfast_rpc::status::with_retry_after(busy, Duration::from_secs(1))
+        })
+    }
+
+    /// Fires when the gateway starts stopping: long-lived answers (event streams) end
+    /// then, so shutdown does not wait for their callers.
+    pub fn stopping(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.tasks.stop_token().cancelled_owned()
     }
 
     /// The caller of `ctx` checked for `role` in the namespace of `shard`: the context
@@ -240,6 +262,14 @@ impl Gateway {
     pub async fn list_sessions(&self, ctx: &CallContext, req: pb::ListSessionsRequest) -> Result<pb::ListSessionsResponse, Status> {
         let ctx = &self.authorize(ctx, Role::Reader, &req.shard)?;
         self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.list_sessions(r).await }).await
+    }
+
+    /// ListSessions, with who the caller proved to be (`None` on an `--insecure`
+    /// gateway), so a caller can pick out its own sessions.
+    pub async fn list_sessions_as(&self, ctx: &CallContext, req: pb::ListSessionsRequest) -> Result<(Option<String>, pb::ListSessionsResponse), Status> {
+        let ctx = &self.authorize(ctx, Role::Reader, &req.shard)?;
+        let r = self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.list_sessions(r).await }).await?;
+        Ok((ctx.principal(), r))
     }
 
     pub async fn check_token(&self, ctx: &CallContext, req: pb::CheckTokenRequest) -> Result<pb::CheckTokenResponse, Status> {

@@ -96,16 +96,6 @@ impl LockService for LockFront {
 #[derive(Debug, Clone)]
 pub struct RegistryFront(pub Gateway);
 
-/// What a registry call that names a namespace needs in it; an empty name (a listing
-/// of every namespace) needs `operator`.
-fn in_ns(role: Role, ns: &str) -> Result<Need, Status> {
-    if ns.is_empty() {
-        Ok(Need::Operator)
-    } else {
-        Need::ns(role, ns)
-    }
-}
-
 /// The RegistryService impl: every listed unary call forwarded to the registry's
 /// leader for a caller with what it needs (each entry's last part), plus the watch;
 /// the calls only nodes make are refused. (One macro for the whole impl:
@@ -126,7 +116,7 @@ macro_rules! registry_front {
 
             async fn watch_ownership(&self, r: Request<rpb::WatchOwnershipRequest>) -> Result<Response<Self::WatchOwnershipStream>, Status> {
                 let (ctx, req) = split(r);
-                let need = in_ns(Role::Reader, &req.ns)?;
+                let need = Need::ns_or_operator(Role::Reader, &req.ns)?;
                 let s = self.0.registry(&ctx, need, req, |mut c, r| async move { c.watch_ownership(r).await }).await?;
                 Ok(Response::new(Box::pin(s)))
             }
@@ -165,7 +155,7 @@ registry_front!(
     (list_namespaces, rpb::ListNamespacesRequest, rpb::ListNamespacesResponse, |_r| OPERATOR),
     (place_shard, rpb::PlaceShardRequest, rpb::PlaceShardResponse, |_r| OPERATOR),
     (get_owner, rpb::GetOwnerRequest, rpb::GetOwnerResponse, |r| Need::ns(Role::Reader, &r.ns)),
-    (list_shards, rpb::ListShardsRequest, rpb::ListShardsResponse, |r| if r.cell.is_empty() { in_ns(Role::Reader, &r.ns) } else { OPERATOR }),
+    (list_shards, rpb::ListShardsRequest, rpb::ListShardsResponse, |r| if r.cell.is_empty() { Need::ns_or_operator(Role::Reader, &r.ns) } else { OPERATOR }),
     (move_shard, rpb::MoveShardRequest, rpb::MoveShardResponse, |_r| OPERATOR),
     (abort_move, rpb::AbortMoveRequest, rpb::AbortMoveResponse, |_r| OPERATOR),
     (grant_role, rpb::GrantRoleRequest, rpb::GrantRoleResponse, |_r| OPERATOR),

@@ -21,6 +21,7 @@ pub fn session_hex(id: u64) -> String {
 /// An error answer: the stable code, what happened, whether the same request may be
 /// sent again, and after how long (also the `Retry-After` header, in seconds).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub code: ErrorCode,
     pub message: String,
@@ -32,6 +33,7 @@ pub struct ErrorBody {
 
 /// The limits of a namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QuotasView {
     pub max_keys: u32,
     pub max_sessions: u32,
@@ -42,6 +44,7 @@ pub struct QuotasView {
 
 /// A namespace's stored configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NamespaceView {
     pub name: String,
     pub owner: String,
@@ -92,6 +95,7 @@ impl TryFrom<&apb::NamespaceConfig> for NamespaceView {
 /// create` sends. Unset fields take the intent's defaults (docs/semantics.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NamespaceSpec {
     pub name: String,
     pub owner: String,
@@ -153,6 +157,7 @@ impl NamespaceSpec {
 /// A shard's placement state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum OwnerState {
     Active,
     Moving,
@@ -160,6 +165,7 @@ pub enum OwnerState {
 
 /// Where a shard lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OwnerView {
     pub ns: String,
     pub shard: String,
@@ -191,6 +197,7 @@ impl From<&rpb::ShardOwner> for OwnerView {
 
 /// A granted acquire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GrantView {
     /// The fencing token, decimal.
     pub token: String,
@@ -209,6 +216,7 @@ impl From<&pb::AcquireResponse> for GrantView {
 
 /// Whether a token is a current holder's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckView {
     pub current: bool,
     /// `CURRENT` or `STALE`.
@@ -223,6 +231,7 @@ impl From<&pb::CheckTokenResponse> for CheckView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HolderView {
     pub session: String,
     pub token: String,
@@ -233,6 +242,7 @@ pub struct HolderView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaiterView {
     pub session: String,
     pub mode: Mode,
@@ -240,6 +250,7 @@ pub struct WaiterView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BreakView {
     /// The token of the hold it ended ("0" if none was held).
     pub token: String,
@@ -251,6 +262,7 @@ pub struct BreakView {
 
 /// One lock: its holders, its queue, its token floor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockView {
     pub name: String,
     pub holders: Vec<HolderView>,
@@ -310,6 +322,7 @@ impl LockView {
 
 /// One lock of a listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockSummaryView {
     pub name: String,
     /// The holders' tokens, decimal.
@@ -325,22 +338,33 @@ impl From<&pb::LockSummary> for LockSummaryView {
 
 /// A session of a shard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionInfoView {
     pub session: String,
     pub ttl_ms: u64,
     pub label: String,
     pub holds: u32,
     pub waits: u32,
+    /// The identity the session is bound to (`user:alice`); empty on an `--insecure` cell.
+    pub owner: String,
 }
 
 impl SessionInfoView {
     pub fn from_pb(s: &pb::SessionInfo, session: impl Fn(u64) -> String) -> SessionInfoView {
-        SessionInfoView { session: session(s.session_id), ttl_ms: s.ttl_ms, label: s.client_label.clone(), holds: s.holds, waits: s.waits }
+        SessionInfoView {
+            session: session(s.session_id),
+            ttl_ms: s.ttl_ms,
+            label: s.client_label.clone(),
+            holds: s.holds,
+            waits: s.waits,
+            owner: s.owner.clone(),
+        }
     }
 }
 
 /// One event of a lock's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventView {
     pub revision: u64,
     /// `queued`, `acquired`, `ended`, `dequeued`.
@@ -369,8 +393,50 @@ impl EventView {
     }
 }
 
+/// One change of a shard's placement (`WatchOwnership`, the HTTP ownership stream).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OwnershipEventView {
+    /// Registry-wide, one higher for each event: resume after it.
+    pub revision: u64,
+    pub ns: String,
+    pub shard: String,
+    pub region: String,
+    pub cell: String,
+    pub epoch: u32,
+    pub state: OwnerState,
+    /// While moving: where to.
+    pub to_cell: Option<String>,
+    /// While moving: planned (drain and seal) or not.
+    pub planned: Option<bool>,
+    /// While moving: the source has sealed the shard.
+    pub sealed: bool,
+    /// The registry leader's wall clock at the change, for display only.
+    pub at_unix_ms: u64,
+}
+
+impl From<&rpb::OwnershipEvent> for OwnershipEventView {
+    fn from(e: &rpb::OwnershipEvent) -> OwnershipEventView {
+        let moving = e.state == rpb::ShardState::Moving as i32;
+        OwnershipEventView {
+            revision: e.revision,
+            ns: e.ns.clone(),
+            shard: e.shard.clone(),
+            region: e.region.clone(),
+            cell: e.cell.clone(),
+            epoch: e.epoch,
+            state: if moving { OwnerState::Moving } else { OwnerState::Active },
+            to_cell: moving.then(|| e.to_cell.clone()),
+            planned: moving.then_some(e.planned),
+            sealed: e.sealed,
+            at_unix_ms: e.at_unix_ms,
+        }
+    }
+}
+
 /// A break's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BrokenView {
     pub lock: String,
     pub new_floor: String,
