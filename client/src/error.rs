@@ -24,6 +24,13 @@ pub enum LossReason {
     Moved,
     /// The caller closed the session ([`crate::Session::close`]).
     Closed,
+    /// One hold, not the session: an administrator broke the lock (BreakLock).
+    Broken,
+    /// One hold: the namespace's max hold time was reached.
+    MaxHold,
+    /// One hold ended at the cell some other way the SDK did not see happen: released
+    /// with its token from elsewhere, or ended while no watch was open.
+    Ended,
 }
 
 impl LossReason {
@@ -43,6 +50,9 @@ impl fmt::Display for LossReason {
             LossReason::Refused(c) => write!(f, "the cell refused a renewal: {c}"),
             LossReason::Moved => f.write_str("the session's shard moved to another cell"),
             LossReason::Closed => f.write_str("closed by the caller"),
+            LossReason::Broken => f.write_str("an administrator broke the lock"),
+            LossReason::MaxHold => f.write_str("the namespace's max hold time was reached"),
+            LossReason::Ended => f.write_str("the hold ended at the cell"),
         }
     }
 }
@@ -69,6 +79,11 @@ pub enum Error {
     /// The session is lost; nothing can be acquired or renewed through it.
     #[error("session {session} is lost: {reason}")]
     SessionLost { session: SessionId, reason: LossReason },
+
+    /// This hold ended at the cell while its session lives on (a break, the max hold
+    /// time): the worker must stop acting under it.
+    #[error("the hold of {lock} with token {token} ended: {reason}")]
+    HoldEnded { lock: String, token: u64, reason: LossReason },
 }
 
 impl Error {
@@ -86,7 +101,7 @@ impl Error {
         match self {
             Error::Refused { code, .. } => code.is_retryable(),
             Error::Transport { grpc, .. } => holdfast_rpc::status::is_transient(*grpc),
-            Error::InvalidArgument(_) | Error::SessionLost { .. } => false,
+            Error::InvalidArgument(_) | Error::SessionLost { .. } | Error::HoldEnded { .. } => false,
         }
     }
 }

@@ -220,3 +220,43 @@ async fn a_holder_whose_worker_stops_reporting_progress_shows_in_the_gauge() {
     }
     cell.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_the_cell_ends_is_signalled_to_its_holder_while_its_session_lives() {
+    let _g = serial().await;
+    let max_hold = Duration::from_millis(2_500);
+    let cell = TestCell::start_with(0, max_hold.as_millis() as u64).await;
+    let client = Client::connect(&cell.endpoints()).await.unwrap();
+    let session = client.create_session(opts(Duration::from_secs(3))).await.unwrap();
+
+    info!("--- broken by an administrator: the holder is told Broken");
+    let lock = session.acquire("broken", AcquireOptions::new()).await.unwrap();
+    let told = lock.loss_token();
+    assert!(tokio::time::timeout(Duration::from_millis(500), lock.lost()).await.is_err(), "a live hold reported lost");
+    cell.break_lock("broken").await;
+    let reason = tokio::time::timeout(Duration::from_secs(10), lock.lost()).await.expect("the break was not signalled");
+    assert_eq!(reason, LossReason::Broken);
+    assert!(told.is_cancelled() && lock.is_lost());
+    assert!(matches!(lock.check(), Err(holdfast_client::Error::HoldEnded { reason: LossReason::Broken, .. })), "{:?}", lock.check());
+    assert!(!session.is_lost() && session.check().is_ok(), "the session lives on");
+
+    info!("--- the namespace's max hold: quiet before it, MaxHold after");
+    let long = session.acquire("long", AcquireOptions::new()).await.unwrap();
+    let granted = Instant::now();
+    assert!(tokio::time::timeout(max_hold / 2, long.lost()).await.is_err(), "lost before the max hold");
+    let reason = tokio::time::timeout(Duration::from_secs(15), long.lost()).await.expect("the max hold's end was not signalled");
+    assert_eq!(reason, LossReason::MaxHold);
+    assert!(granted.elapsed() >= max_hold - Duration::from_millis(100), "ended after {:?}", granted.elapsed());
+    assert_eq!(long.loss_reason(), Some(LossReason::MaxHold));
+    assert!(!session.is_lost());
+
+    info!("--- an end before anyone listened is still told, by the token's status");
+    let early = session.acquire("early", AcquireOptions::new()).await.unwrap();
+    cell.break_lock("early").await;
+    let reason = tokio::time::timeout(Duration::from_secs(10), early.lost()).await.expect("an end before the watch was not told");
+    assert_eq!(reason, LossReason::Broken);
+
+    drop((lock, long, early));
+    session.close().await.unwrap();
+    cell.shutdown().await;
+}

@@ -42,6 +42,12 @@ impl TestCell {
     /// Nodes 1..=3, formed into a cell serving `pay/default` at epoch 1 with the
     /// given lock-delay.
     pub async fn start(lock_delay_ms: u64) -> TestCell {
+        TestCell::start_with(lock_delay_ms, 0).await
+    }
+
+    /// [`TestCell::start`], the namespace also ending any hold after `max_hold_ms`
+    /// (0: never).
+    pub async fn start_with(lock_delay_ms: u64, max_hold_ms: u64) -> TestCell {
         let mut c = TestCell { nodes: BTreeMap::new(), addrs: BTreeMap::new(), root: tempfile::tempdir().unwrap() };
         for id in 1..=3 {
             let dir = c.root.path().join(format!("node-{id}"));
@@ -80,6 +86,7 @@ impl TestCell {
             owner: "team-pay".into(),
             intent: pb::Intent::Correctness as i32,
             lock_delay_ms: Some(lock_delay_ms),
+            max_hold_ms,
             version: 1,
             ..Default::default()
         };
@@ -126,6 +133,18 @@ impl TestCell {
             }
         }
         None
+    }
+
+    /// BreakLock at the leader (the cell is `--insecure`: anyone may).
+    pub async fn break_lock(&self, name: &str) {
+        let leader = self.leader().await;
+        let mut c = LockServiceClient::new(holdfast_rpc::Transport::insecure().connect(&self.addrs[&leader].to_string()).await.unwrap());
+        let req = pb::BreakLockRequest {
+            shard: Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 0 }),
+            name: name.into(),
+            reason: "test".into(),
+        };
+        c.break_lock(req).await.unwrap();
     }
 
     pub async fn holders(&self, name: &str) -> Vec<(u64, u64)> {
