@@ -20,9 +20,17 @@ SERVER_TESTS = ["-p", "holdfast-cell", "-p", "holdfast-fence", "--lib"]
 # gateway's enforcement point), and the whole-system test of docs/security.md.
 ACCESS_TESTS = ["-p", "holdfast-core", "-p", "holdfast-rpc", "-p", "holdfast-gateway", "--lib"]
 SECURITY_E2E = ["-p", "holdfast", "--test", "security"]
+# The Raft log's durability rule (raft/src/log_store.rs): the server packages' lib
+# tests plus the raft crate's, one package set so RocksDB builds once.
+RAFT_TESTS = [*SERVER_TESTS[:-1], "-p", "holdfast-raft", "--lib"]
 
 # (name, file, exact text, replacement, cargo test args)
 MUTANTS = [
+    ("append acknowledged unsynced", "raft/src/log_store.rs",
+     "Some(db) => sync(&db),", "Some(_) => Ok(()),", RAFT_TESTS),
+    ("vote saved ahead of queued appends", "raft/src/log_store.rs",
+     "    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {\n        self.drain().await?;\n",
+     "    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {\n", RAFT_TESTS),
     ("two exclusive holders", f"{STATE}/state.rs",
      "Mode::Exclusive => lock.holders.is_empty(),", "Mode::Exclusive => true,", CELL_TESTS),
     ("shared joins exclusive", f"{STATE}/state.rs",

@@ -1,15 +1,23 @@
 //! The Raft log and its metadata in RocksDB (`RaftLogStorage`).
 //!
-//! Durability rule: a vote and every appended entry are written with a synced write
-//! before openraft hears that they are durable. A leader counts its own append towards
-//! the quorum, and a voter must never forget a vote it granted: acknowledging either
-//! before the fsync could lose a committed entry or elect two leaders in one term after
-//! a power cut.
+//! Durability rule: a vote and every appended entry are on disk (fsynced) before
+//! openraft hears that they are durable. A leader counts its own append towards the
+//! quorum, and a voter must never forget a vote it granted: acknowledging either before
+//! the fsync could lose a committed entry or elect two leaders in one term after a
+//! power cut.
+//!
+//! Appends are group-committed off the Raft core's path: `append` writes the entries
+//! (visible to readers at once, so the leader replicates them while its own fsync
+//! runs) and hands its callback to the node's flusher thread, which syncs the WAL once
+//! for every append that arrived meanwhile and only then reports them flushed, in
+//! order. A vote and a truncation first wait for the flusher to drain (a barrier), so
+//! openraft hears of flushes in the same order as the operations it issued.
 
 use std::fmt;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
 
 use openraft::storage::{RaftLogReader, RaftLogStorage};
 use openraft::{LogState, OptionalSend};
@@ -31,6 +39,56 @@ pub struct LogStore {
     db: Arc<Db>,
     /// Where each append's start and end are marked (`crate::stages`).
     stages: Arc<Stages>,
+    /// The node's flusher thread; it ends when the last clone is dropped.
+    flusher: mpsc::Sender<Flush>,
+}
+
+/// How the flusher makes written entries durable: RocksDB's WAL sync (a test holds it).
+type Sync = Box<dyn Fn(&Db) -> Result<(), String> + Send>;
+
+fn sync_wal(db: &Db) -> Result<(), String> {
+    db.flush_wal(true).map_err(|e| e.to_string())
+}
+
+/// Work for the flusher thread.
+enum Flush {
+    /// Entries written (not yet synced) at `written`: report them flushed once synced.
+    Appended { callback: IoFlushed, indexes: Vec<u64>, written: Instant, stages: Arc<Stages> },
+    /// Answered once everything queued before it is synced and reported.
+    Barrier(tokio::sync::oneshot::Sender<io::Result<()>>),
+}
+
+/// The flusher: waits for work, takes everything queued, syncs the WAL once for all of
+/// it, then reports each append flushed (and each barrier passed) in queue order. It
+/// holds the database only while syncing: the database still closes when the node's
+/// last handle drops, on that thread, and never at process exit on this one (RocksDB
+/// aborts if it closes while the process tears down its statics).
+fn flusher(db: std::sync::Weak<Db>, queue: mpsc::Receiver<Flush>, sync: Sync) {
+    while let Ok(first) = queue.recv() {
+        let mut work = vec![first];
+        work.extend(queue.try_iter());
+        let started = Instant::now();
+        let synced = match db.upgrade() {
+            Some(db) => sync(&db),
+            None => Err("the log's database is closed".to_owned()),
+        };
+        let ended = Instant::now();
+        metrics::histogram!(holdfast_core::metric_names::RAFT_FSYNC).record(ended.duration_since(started).as_secs_f64());
+        let appends = work.iter().filter(|w| matches!(w, Flush::Appended { .. })).count();
+        debug!(appends, ok = synced.is_ok(), "log synced");
+        for w in work {
+            let result = synced.clone().map_err(io::Error::other);
+            match w {
+                Flush::Appended { callback, indexes, written, stages } => {
+                    stages.appended(&indexes, written, ended);
+                    callback.io_completed(result);
+                }
+                Flush::Barrier(done) => {
+                    let _ = done.send(result);
+                }
+            }
+        }
+    }
 }
 
 impl fmt::Debug for LogStore {
@@ -52,7 +110,21 @@ fn index_of_key(k: &[u8]) -> io::Result<u64> {
 impl LogStore {
     /// A log store on a database opened with [`crate::rocks::open_db`].
     pub fn new(db: Arc<Db>) -> Self {
-        LogStore { db, stages: Arc::default() }
+        LogStore::syncing_by(db, Box::new(sync_wal))
+    }
+
+    fn syncing_by(db: Arc<Db>, sync: Sync) -> Self {
+        let (flusher_tx, queue) = mpsc::channel();
+        let synced_db = Arc::downgrade(&db);
+        std::thread::Builder::new().name("raft-log-flusher".into()).spawn(move || flusher(synced_db, queue, sync)).expect("spawn the log flusher thread");
+        LogStore { db, stages: Arc::default(), flusher: flusher_tx }
+    }
+
+    /// Waits until every append queued so far is synced and reported flushed.
+    async fn drain(&self) -> io::Result<()> {
+        let (done, passed) = tokio::sync::oneshot::channel();
+        self.flusher.send(Flush::Barrier(done)).map_err(|_| io::Error::other("the log flusher has stopped"))?;
+        passed.await.map_err(|_| io::Error::other("the log flusher has stopped"))?
     }
 
     /// This store, marking its appends in `stages` (the node's).
@@ -121,6 +193,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        self.drain().await?;
         let started = std::time::Instant::now();
         self.db.put_cf_opt(cf(&self.db, CF_META), KEY_VOTE, encode(vote)?, &synced()).map_err(io_err)?;
         metrics::histogram!(holdfast_core::metric_names::RAFT_FSYNC).record(started.elapsed().as_secs_f64());
@@ -152,29 +225,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             batch.put_cf(logs, key(entry.log_id.index), encode(&entry)?);
             indexes.push(entry.log_id.index);
         }
-        let last = indexes.last();
-        // Synced before the callback: openraft counts this node's copy towards the quorum
-        // as soon as the callback fires.
-        let started = std::time::Instant::now();
-        let res = self.db.write_opt(batch, &synced()).map_err(io_err);
-        let ended = std::time::Instant::now();
-        metrics::histogram!(holdfast_core::metric_names::RAFT_FSYNC).record(ended.duration_since(started).as_secs_f64());
-        self.stages.appended(&indexes, started, ended);
-        debug!(last_index = ?last, ok = res.is_ok(), "entries appended (synced)");
-        match res {
-            Ok(()) => {
-                callback.io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.io_completed(Err(io::Error::new(e.kind(), e.to_string())));
-                Err(e)
-            }
+        // Written, not synced: readers (replication) see the entries now. The callback
+        // fires only once the flusher has synced them: openraft counts this node's copy
+        // towards the quorum as soon as it does.
+        let written = Instant::now();
+        if let Err(e) = self.db.write(batch).map_err(io_err) {
+            callback.io_completed(Err(io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
         }
+        debug!(last_index = ?indexes.last(), "entries written; syncing");
+        let flush = Flush::Appended { callback, indexes, written, stages: self.stages.clone() };
+        if let Err(mpsc::SendError(Flush::Appended { callback, .. })) = self.flusher.send(flush) {
+            callback.io_completed(Err(io::Error::other("the log flusher has stopped")));
+            return Err(io::Error::other("the log flusher has stopped"));
+        }
+        Ok(())
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let from = last_log_id.as_ref().map_or(0, |l| l.index + 1);
+        self.drain().await?;
         debug!(from, "truncating log");
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(cf(&self.db, CF_LOGS), key(from), key(u64::MAX));
@@ -190,5 +260,56 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         batch.put_cf(cf(&self.db, CF_META), KEY_LAST_PURGED, encode(&log_id)?);
         batch.delete_range_cf(cf(&self.db, CF_LOGS), key(0), key(log_id.index + 1));
         self.db.write_opt(batch, &synced()).map_err(io_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::EntryPayload;
+    use crate::types::LeaderId;
+    use std::sync::{Condvar, Mutex};
+    use std::time::Duration;
+
+    /// A sync that waits until the test opens the gate, then syncs for real.
+    fn gated() -> (Arc<(Mutex<bool>, Condvar)>, Sync) {
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let g = gate.clone();
+        let sync: Sync = Box::new(move |db: &Db| {
+            let (open, cv) = &*g;
+            let _open = cv.wait_while(open.lock().unwrap(), |open| !*open).unwrap();
+            sync_wal(db)
+        });
+        (gate, sync)
+    }
+
+    fn entry(index: u64) -> Entry {
+        Entry { log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index), payload: EntryPayload::Blank }
+    }
+
+    /// The durability rule: entries are readable at once (replication may send them),
+    /// but openraft hears they are flushed only after the WAL sync; a vote waits for
+    /// the appends before it.
+    #[tokio::test]
+    async fn an_append_is_reported_flushed_only_after_the_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gate, sync) = gated();
+        let mut log = LogStore::syncing_by(crate::rocks::open_db(dir.path()).unwrap(), sync);
+        let (tx, mut flushed) = <TypeConfig as openraft::type_config::TypeConfigExt>::oneshot();
+        log.append([entry(1), entry(2)], IoFlushed::signal(tx)).await.unwrap();
+        assert_eq!(log.try_get_log_entries(1..3).await.unwrap().len(), 2, "written entries are readable before the sync");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(flushed.try_recv().is_err(), "reported flushed before the sync");
+        let mut vote = log.clone();
+        let voted = tokio::spawn(async move { vote.save_vote(&Vote { leader_id: LeaderId { term: 2, node_id: 1 }, committed: false }).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!voted.is_finished(), "a vote was saved before the appends queued ahead of it were flushed");
+        {
+            let (open, cv) = &*gate;
+            *open.lock().unwrap() = true;
+            cv.notify_all();
+        }
+        tokio::time::timeout(Duration::from_secs(5), flushed).await.expect("flushed after the sync").unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), voted).await.unwrap().unwrap().unwrap();
     }
 }
