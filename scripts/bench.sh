@@ -6,6 +6,7 @@
 #
 #   scripts/bench.sh                 # 10 s per workload per system
 #   BENCH_SECONDS=30 BENCH_ROUNDS=5 scripts/bench.sh
+#   BENCH_TLS=on BENCH_WORKLOADS=single scripts/bench.sh   # a subset
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -42,7 +43,7 @@ fi
 } >"$out/README"
 rounds="${BENCH_ROUNDS:-3}"
 for round in $(seq "$rounds"); do
-    for w in single parallel contended; do
+    for w in ${BENCH_WORKLOADS:-single parallel contended}; do
         # Alternate the order every round, so no system always runs on the warmer (or
         # the more fragmented) machine.
         order=("${systems[@]}")

@@ -59,6 +59,6 @@ pub use log_store::LogStore;
 pub use network::{GrpcConnection, GrpcNetworkFactory, NetworkOptions, SNAPSHOT_CHUNK_BYTES};
 pub use node::{current_metrics, Applied, NodeConfig, RaftNode, RaftTimings};
 pub use service::{RaftGrpcService, MAX_SNAPSHOT_BYTES};
-pub use serving::{Failure, Serving};
+pub use serving::{bind_optional, Failure, Serving};
 pub use sm_store::{undecodable, ReplicatedState, SnapshotBuilder, StateHandle, StateMachineStore, WaitAppliedError};
 pub use types::{Node, NodeId, Raft, ReadPolicy, Request, Response, TypeConfig};

@@ -17,6 +17,15 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tracing::{error, warn};
 
+/// The listener of an optional port (`metrics_addr`), bound before the node starts so a
+/// port in use fails the start.
+pub async fn bind_optional(addr: Option<&str>) -> std::io::Result<Option<TcpListener>> {
+    match addr {
+        Some(addr) => Ok(Some(TcpListener::bind(addr).await?)),
+        None => Ok(None),
+    }
+}
+
 /// Fires once the node's Raft stopped on its own — a storage read or write failed, or
 /// openraft panicked. Such a node must not serve on: openraft may still report it as
 /// the leader, but nothing it confirms is durable. [`Serving`] then stops every duty
@@ -129,6 +138,16 @@ impl<S: ReplicatedState> Serving<S> {
                 warn!(error = %e, "the {name} endpoint stopped");
             }
         });
+    }
+
+    /// Serves `/metrics`, `/healthz` and `/readyz` on `listener`: ready while this node
+    /// knows a leader of its group (calls to it get an answer), never after its Raft
+    /// stopped on a fatal error.
+    pub fn serve_metrics(&self, listener: TcpListener) {
+        let (raft, failure) = (self.node.raft().clone(), self.failure());
+        let ready: holdfast_telemetry::Readiness = Arc::new(move || !failure.is_failed() && crate::node::current_metrics(&raft).current_leader.is_some());
+        self.spawn("metrics upkeep", holdfast_telemetry::upkeep());
+        self.serve_http("metrics endpoint", holdfast_telemetry::router(ready), listener);
     }
 
     pub fn transport(&self) -> &Transport {

@@ -44,17 +44,10 @@ impl CellServer {
     /// Starts on listeners the caller bound (tests bind port 0).
     pub async fn start_on(cfg: &CellConfig, raft: TcpListener, client: TcpListener) -> Result<CellServer, StartError> {
         let hooks = Hooks::new();
-        let metrics = Self::bind_metrics(cfg).await?;
+        let metrics = holdfast_raft::bind_optional(cfg.metrics_addr.as_deref()).await?;
         let node_cfg = Self::node_config(cfg, &client)?;
         let node = RaftNode::start(node_cfg, raft, Self::machine(cfg, &hooks)).await?;
         Ok(Self::serve(cfg, node, hooks, client, metrics))
-    }
-
-    async fn bind_metrics(cfg: &CellConfig) -> Result<Option<TcpListener>, StartError> {
-        Ok(match &cfg.metrics_addr {
-            Some(addr) => Some(TcpListener::bind(addr).await?),
-            None => None,
-        })
     }
 
     /// Like [`CellServer::start_on`], with the fault router between this node and its
@@ -67,7 +60,7 @@ impl CellServer {
         faults: Arc<holdfast_raft::testing::Faults>,
     ) -> Result<CellServer, StartError> {
         let hooks = Hooks::new();
-        let metrics = Self::bind_metrics(cfg).await?;
+        let metrics = holdfast_raft::bind_optional(cfg.metrics_addr.as_deref()).await?;
         let node_cfg = Self::node_config(cfg, &client)?;
         let node = RaftNode::start_with_faults(node_cfg, raft, Self::machine(cfg, &hooks), faults).await?;
         Ok(Self::serve(cfg, node, hooks, client, metrics))
@@ -117,14 +110,7 @@ impl CellServer {
             serving.spawn("registry follower", crate::follow::run(cell.clone(), link, margin, stop.clone()));
         }
         if let Some(listener) = metrics {
-            let ready_cell = cell.clone();
-            let failure = serving.failure();
-            // Ready: this node knows a leader of its cell, so calls to it get an answer;
-            // never after its Raft stopped on a fatal error.
-            let ready: holdfast_telemetry::Readiness =
-                Arc::new(move || !failure.is_failed() && holdfast_raft::current_metrics(ready_cell.group.raft()).current_leader.is_some());
-            serving.spawn("metrics upkeep", holdfast_telemetry::upkeep());
-            serving.serve_http("metrics endpoint", holdfast_telemetry::router(ready), listener);
+            serving.serve_metrics(listener);
         }
         info!(node_id = cfg.node_id, cell = %cfg.cell, region = %cfg.region, raft = %serving.raft_addr(), client = %serving.client_addr(), "cell node started");
         CellServer { serving, cell }

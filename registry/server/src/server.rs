@@ -41,16 +41,9 @@ impl RegistryServer {
     /// Starts on listeners the caller bound (tests bind port 0).
     pub async fn start(cfg: &RegistryConfig, raft: TcpListener, client: TcpListener) -> Result<RegistryServer, StartError> {
         let hooks = Hooks::new();
-        let metrics = Self::bind_metrics(cfg).await?;
+        let metrics = holdfast_raft::bind_optional(cfg.metrics_addr.as_deref()).await?;
         let node = RaftNode::start(Self::node_config(cfg, &client)?, raft, RegistryMachine::new(hooks.clone())).await?;
         Ok(Self::serve(cfg, node, hooks, client, metrics))
-    }
-
-    async fn bind_metrics(cfg: &RegistryConfig) -> Result<Option<TcpListener>, StartError> {
-        Ok(match &cfg.metrics_addr {
-            Some(addr) => Some(TcpListener::bind(addr).await?),
-            None => None,
-        })
     }
 
     /// Like [`RegistryServer::start`], with the fault router between this node and its
@@ -63,7 +56,7 @@ impl RegistryServer {
         faults: Arc<holdfast_raft::testing::Faults>,
     ) -> Result<RegistryServer, StartError> {
         let hooks = Hooks::new();
-        let metrics = Self::bind_metrics(cfg).await?;
+        let metrics = holdfast_raft::bind_optional(cfg.metrics_addr.as_deref()).await?;
         let node_cfg = Self::node_config(cfg, &client)?;
         let node = RaftNode::start_with_faults(node_cfg, raft, RegistryMachine::new(hooks.clone()), faults).await?;
         Ok(Self::serve(cfg, node, hooks, client, metrics))
@@ -92,13 +85,7 @@ impl RegistryServer {
         serving.spawn("leader duties", leader::run(reg.clone(), timings, serving.stop_signal()));
         serving.spawn("metrics refresh", crate::metrics::refresh(reg.clone(), serving.stop_signal()));
         if let Some(listener) = metrics {
-            let (ready_reg, failure) = (reg.clone(), serving.failure());
-            // Ready: this voter knows a leader, so calls to it get an answer; never
-            // after its Raft stopped on a fatal error.
-            let ready: holdfast_telemetry::Readiness =
-                Arc::new(move || !failure.is_failed() && holdfast_raft::current_metrics(ready_reg.group.raft()).current_leader.is_some());
-            serving.spawn("metrics upkeep", holdfast_telemetry::upkeep());
-            serving.serve_http("metrics endpoint", holdfast_telemetry::router(ready), listener);
+            serving.serve_metrics(listener);
         }
         info!(node_id = cfg.node_id, region = %cfg.region, raft = %serving.raft_addr(), client = %serving.client_addr(), "registry node started");
         RegistryServer { serving, reg }
