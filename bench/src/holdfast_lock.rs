@@ -44,6 +44,34 @@ impl Locker for HoldfastLocker {
     }
 }
 
+/// A service asking a gateway who owns a shard (`owner-lookups`): `lock` is one
+/// `GetOwner`, answered from the gateway's placement cache; `unlock` does nothing.
+pub struct OwnerReader {
+    reg: holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient<holdfast_rpc::Channel>,
+    ns: String,
+    shard: String,
+}
+
+impl OwnerReader {
+    pub async fn connect(security: &Security, endpoints: &[String], ns: &str, shard: &str) -> Result<OwnerReader, String> {
+        let endpoint = endpoints.first().ok_or("no endpoint")?;
+        let ch = Transport::new(TransportOptions::default(), security.clone()).connect(endpoint).await.map_err(|e| e.to_string())?;
+        Ok(OwnerReader { reg: holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient::new(ch), ns: ns.into(), shard: shard.into() })
+    }
+}
+
+impl Locker for OwnerReader {
+    async fn lock(&mut self, _key: &str) -> Result<(), String> {
+        let req = holdfast_proto::registry::v1::GetOwnerRequest { ns: self.ns.clone(), shard: self.shard.clone(), fresh: false };
+        let r = self.reg.get_owner(req).await.map_err(|s| s.message().to_owned())?;
+        r.into_inner().owner.map(drop).ok_or_else(|| "no owner".to_owned())
+    }
+
+    async fn unlock(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 /// Creates the namespace `bench` (correctness, fail-closed; the gateway's acquire-rate
 /// quota lifted so it does not cap the benchmark; no lock-delay) and places its shard
 /// `default` on `cell`. What exists already is left alone.
@@ -72,7 +100,7 @@ pub async fn setup(security: &Security, endpoint: &str, cell: &str) -> Result<()
         };
         reg.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.map_err(|s| s.message().to_owned())?;
     }
-    let owner = reg.get_owner(rpb::GetOwnerRequest { ns: "bench".into(), shard: "default".into() }).await;
+    let owner = reg.get_owner(rpb::GetOwnerRequest { ns: "bench".into(), shard: "default".into(), fresh: true }).await;
     if owner.map(|o| o.into_inner().owner.is_none()).unwrap_or(true) {
         reg.place_shard(rpb::PlaceShardRequest { ns: "bench".into(), shard: "default".into(), cell: cell.into() }).await.map_err(|s| s.message().to_owned())?;
     }

@@ -7,7 +7,11 @@
 //! - `single`: one client, lock + unlock cycles on its own key;
 //! - `parallel`: `--clients` (64) clients, each cycling on its own key;
 //! - `contended`: `--clients` (16) clients on one key, each holding it 1 ms; the rate
-//!   is hand-offs per second and the latency is the wait for the lock.
+//!   is hand-offs per second and the latency is the wait for the lock;
+//! - `owner-lookups`: `--clients` (64) services asking who owns a shard: holdfast's
+//!   `GetOwner` through a gateway (answered from its placement cache), etcd a range
+//!   read of one key (linearizable, its default). The rate is lookups per second and
+//!   the latency ("acquire") is one lookup.
 //!
 //! Latency is measured per operation with `Instant` around the awaited call; the
 //! percentiles are exact (all samples kept, sorted).
@@ -37,6 +41,7 @@ pub enum Workload {
     Single,
     Parallel,
     Contended,
+    OwnerLookups,
 }
 
 #[derive(Debug, Parser)]
@@ -302,14 +307,31 @@ async fn main() -> Result<(), String> {
         Workload::Single => 1,
         Workload::Parallel => 64,
         Workload::Contended => 16,
+        Workload::OwnerLookups => 64,
     });
     let endpoints: Vec<String> = a.endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect();
     let report = match a.system {
+        System::Holdfast if a.workload == Workload::OwnerLookups => {
+            let security = holdfast_lock::security(a.target.certs_dir.as_deref())?;
+            let mut ls = Vec::new();
+            for _ in 0..clients {
+                ls.push(holdfast_lock::OwnerReader::connect(&security, &endpoints, &a.target.ns, &a.target.shard).await?);
+            }
+            run(ls, &a).await
+        }
         System::Holdfast => {
             let security = holdfast_lock::security(a.target.certs_dir.as_deref())?;
             let mut ls = Vec::new();
             for _ in 0..clients {
                 ls.push(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.target.ns, &a.target.shard).await?);
+            }
+            run(ls, &a).await
+        }
+        #[cfg(feature = "etcd")]
+        System::Etcd if a.workload == Workload::OwnerLookups => {
+            let mut ls = Vec::new();
+            for _ in 0..clients {
+                ls.push(etcd_lock::EtcdReader::connect(&endpoints).await?);
             }
             run(ls, &a).await
         }

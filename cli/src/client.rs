@@ -459,7 +459,7 @@ pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
             emit(target.output, &shards);
         }
         ShardCmd::Owner { gw, ns, shard } => {
-            let req = rpb::GetOwnerRequest { ns, shard };
+            let req = rpb::GetOwnerRequest { ns, shard, fresh: true };
             let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.get_owner(r).await })).await?;
             emit(gw.output, &r.owner.as_ref().map(OwnerView::from));
         }
@@ -476,7 +476,7 @@ pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
             let owner = match remote.call_status(|ch| registry(ch, req.clone(), |mut c, r| async move { c.place_shard(r).await })).await {
                 Ok(r) => r.owner,
                 Err(s) if holdfast_rpc::status::code_of(&s) == Some(holdfast_core::ErrorCode::AlreadyExists) => {
-                    let get = rpb::GetOwnerRequest { ns: ns.clone(), shard: shard.clone() };
+                    let get = rpb::GetOwnerRequest { ns: ns.clone(), shard: shard.clone(), fresh: true };
                     let o = remote.call(|ch| registry(ch, get.clone(), |mut c, r| async move { c.get_owner(r).await })).await?.owner;
                     match o {
                         Some(o) if o.cell == cell || o.to_cell == cell => {
@@ -502,7 +502,7 @@ pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
             );
             // Long operations show progress: poll until the new owner is active.
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            let get = rpb::GetOwnerRequest { ns: ns.clone(), shard: shard.clone() };
+            let get = rpb::GetOwnerRequest { ns: ns.clone(), shard: shard.clone(), fresh: true };
             loop {
                 let o = remote.call(|ch| registry(ch, get.clone(), |mut c, r| async move { c.get_owner(r).await })).await?.owner;
                 if let Some(o) = o.filter(|o| o.cell == to && o.state == rpb::ShardState::Active as i32 && o.epoch > from_epoch) {

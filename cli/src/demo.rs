@@ -203,7 +203,7 @@ pub async fn run(a: DemoArgs) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let owner = loop {
         let o = reg
-            .get_owner(rpb::GetOwnerRequest { ns: "demo".into(), shard: "default".into() })
+            .get_owner(rpb::GetOwnerRequest { ns: "demo".into(), shard: "default".into(), fresh: true })
             .await
             .map_err(|s| holdfast_rpc::status::one_line(&s))?
             .into_inner()

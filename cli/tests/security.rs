@@ -244,7 +244,7 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
             verdict(l.break_lock(pb::BreakLockRequest { shard: shard(ns), name: "m".into(), reason: "the security matrix".into() }).await)
         }
         "RegistryService.GetNamespace" => verdict(r.get_namespace(rpb::GetNamespaceRequest { name: ns_s }).await),
-        "RegistryService.GetOwner" => verdict(r.get_owner(rpb::GetOwnerRequest { ns: ns_s, shard: "default".into() }).await),
+        "RegistryService.GetOwner" => verdict(r.get_owner(rpb::GetOwnerRequest { ns: ns_s, shard: "default".into(), fresh: false }).await),
         "RegistryService.ListShards" => verdict(r.list_shards(rpb::ListShardsRequest { ns: ns_s, cell: String::new() }).await),
         "RegistryService.UpdateNamespace" => {
             // A version that is never current: allowed callers get a conflict, nothing changes.

@@ -42,6 +42,7 @@ pub const GATEWAY_UPSTREAM_DURATION: &str = "holdfast_gateway_upstream_duration_
 pub const GATEWAY_FAIL_CLOSED: &str = "holdfast_gateway_fail_closed_refusals_total";
 pub const GATEWAY_PLACEMENT_REFRESHES: &str = "holdfast_gateway_placement_refreshes_total";
 pub const GATEWAY_PLACEMENT_AGE: &str = "holdfast_gateway_placement_age_seconds";
+pub const GATEWAY_OWNER_LOOKUPS: &str = "holdfast_gateway_owner_lookups_total";
 // ---- safety signals derived at the edges (docs/observability.md says how)
 pub const HOLDER_OVERLAP: &str = "lock_holder_overlap_seconds";
 pub const HELD_WITHOUT_PROGRESS: &str = "lock_held_without_progress_seconds";

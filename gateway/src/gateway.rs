@@ -306,8 +306,20 @@ impl Gateway {
             .map_err(|e| e.without_hint().into_status())
     }
 
-    pub async fn get_owner(&self, ctx: &CallContext, key: &ShardKey) -> Result<rpb::GetOwnerResponse, Status> {
-        let req = rpb::GetOwnerRequest { ns: key.ns.to_string(), shard: key.shard.to_string() };
-        self.registry(ctx, Need::In(Role::Reader, key.ns.clone()), req, |mut c, r| async move { c.get_owner(r).await }).await
+    /// Where a shard lives: from the placement cache (as of the revision it has
+    /// followed, which the answer carries), or with `fresh`, or when the cache does not
+    /// know the shard, from the registry's leader.
+    pub async fn get_owner(&self, ctx: &CallContext, req: rpb::GetOwnerRequest) -> Result<rpb::GetOwnerResponse, Status> {
+        let key = shard_key(req.ns.clone(), req.shard.clone()).map_err(|e| invalid(e.to_string()))?;
+        let need = Need::In(Role::Reader, key.ns.clone());
+        if !req.fresh {
+            self.access.authorize(ctx, &need)?;
+            if let Some((owner, revision)) = self.placement.owner_at(&key) {
+                metrics::counter!(m::GATEWAY_OWNER_LOOKUPS, "source" => "cache").increment(1);
+                return Ok(rpb::GetOwnerResponse { owner: Some(owner), revision });
+            }
+        }
+        metrics::counter!(m::GATEWAY_OWNER_LOOKUPS, "source" => "registry").increment(1);
+        self.registry(ctx, need, req, |mut c, r| async move { c.get_owner(r).await }).await
     }
 }

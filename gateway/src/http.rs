@@ -733,17 +733,30 @@ fn owner_view(o: Option<&rpb::ShardOwner>) -> Result<OwnerView, ApiError> {
     o.map(OwnerView::from).ok_or_else(|| ApiError(status(ErrorCode::Unavailable, "the registry answered without an owner")))
 }
 
-#[utoipa::path(get, path = "/v1/shards/{ns}/{shard}/owner", tag = "shards", params(ShardPath),
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct OwnerQuery {
+    /// Ask the registry's leader instead of the gateway's placement cache (which
+    /// follows the registry's ownership watch and lags it by the watch's delivery).
+    #[serde(default)]
+    fresh: bool,
+}
+
+/// Where a shard lives: from the gateway's placement cache, or with `fresh=true` from
+/// the registry's leader.
+#[utoipa::path(get, path = "/v1/shards/{ns}/{shard}/owner", tag = "shards", params(ShardPath, OwnerQuery),
     responses((status = 200, description = "Where the shard lives", body = OwnerView)))]
 async fn owner(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
     Segments((ns, shard)): Segments<(String, String)>,
+    Params(q): Params<OwnerQuery>,
 ) -> ApiResult<OwnerView> {
     let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
-    let r = gw.get_owner(&ctx, &k).await?;
+    let req = rpb::GetOwnerRequest { ns: k.ns.to_string(), shard: k.shard.to_string(), fresh: q.fresh };
+    let r = gw.get_owner(&ctx, req).await?;
     Ok(Json(owner_view(r.owner.as_ref())?))
 }
 

@@ -39,6 +39,8 @@ pub struct Owner {
     pub epoch: u32,
     /// A planned move away is under way: new acquires get `MOVING`.
     pub draining: bool,
+    /// The registry's record, as `GetOwner` answers it from this cache.
+    pub record: rpb::ShardOwner,
 }
 
 #[derive(Debug, Default)]
@@ -65,7 +67,7 @@ pub struct Placement {
 
 fn owner_from(o: &rpb::ShardOwner) -> Owner {
     let draining = o.state == rpb::ShardState::Moving as i32 && o.planned;
-    Owner { region: o.region.clone(), cell: o.cell.clone(), epoch: o.epoch, draining }
+    Owner { region: o.region.clone(), cell: o.cell.clone(), epoch: o.epoch, draining, record: o.clone() }
 }
 
 impl Placement {
@@ -96,6 +98,13 @@ impl Placement {
 
     pub fn owner(&self, key: &ShardKey) -> Option<Owner> {
         self.view.read().expect("view lock").shards.get(key).cloned()
+    }
+
+    /// Where `key` lives as this cache knows it, with the ownership revision the cache
+    /// has followed up to (a watch from it misses nothing after this answer).
+    pub fn owner_at(&self, key: &ShardKey) -> Option<(rpb::ShardOwner, u64)> {
+        let v = self.view.read().expect("view lock");
+        v.shards.get(key).map(|o| (o.record.clone(), v.revision))
     }
 
     pub fn namespace(&self, ns: &NamespaceName) -> Option<NamespaceConfig> {
@@ -129,7 +138,7 @@ impl Placement {
 
     /// Asks the registry where `key` lives now (a cell said our view is stale).
     pub async fn refresh_shard(&self, key: &ShardKey) -> Result<Owner, CallError> {
-        let req = rpb::GetOwnerRequest { ns: key.ns.to_string(), shard: key.shard.to_string() };
+        let req = rpb::GetOwnerRequest { ns: key.ns.to_string(), shard: key.shard.to_string(), fresh: true };
         let r = self
             .registry
             .call(self.budget(), |ch| {
@@ -278,8 +287,17 @@ impl Placement {
 
     fn apply(&self, ev: &rpb::OwnershipEvent) {
         let Ok(key) = shard_key(ev.ns.clone(), ev.shard.clone()) else { return };
-        let draining = ev.state == rpb::ShardState::Moving as i32 && ev.planned;
-        let owner = Owner { region: ev.region.clone(), cell: ev.cell.clone(), epoch: ev.epoch, draining };
+        let owner = owner_from(&rpb::ShardOwner {
+            ns: ev.ns.clone(),
+            shard: ev.shard.clone(),
+            region: ev.region.clone(),
+            cell: ev.cell.clone(),
+            epoch: ev.epoch,
+            state: ev.state,
+            to_cell: ev.to_cell.clone(),
+            planned: ev.planned,
+            sealed: ev.sealed,
+        });
         let mut v = self.view.write().expect("view lock");
         if ev.revision > v.revision {
             v.revision = ev.revision;

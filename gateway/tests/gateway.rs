@@ -7,6 +7,7 @@ use common::*;
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::registry::v1 as rpb;
+use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tracing::info;
@@ -229,7 +230,7 @@ async fn a_call_routed_with_a_stale_epoch_is_refused_and_retried_at_the_new_owne
     reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
     let deadline = Instant::now() + WAIT;
     loop {
-        let o = reg.get_owner(rpb::GetOwnerRequest { ns: "pay".into(), shard: "default".into() }).await.unwrap().into_inner().owner.unwrap();
+        let o = reg.get_owner(rpb::GetOwnerRequest { ns: "pay".into(), shard: "default".into(), fresh: true }).await.unwrap().into_inner().owner.unwrap();
         if o.cell == "b" {
             break;
         }
@@ -266,6 +267,13 @@ async fn a_call_routed_with_a_stale_epoch_is_refused_and_retried_at_the_new_owne
 }
 
 /// The process-wide count of stale routes (the gateway runs in this process).
+/// `holdfast_gateway_owner_lookups_total{source}` in this process.
+fn owner_lookups(source: &str) -> u64 {
+    let text = holdfast_telemetry::install().render();
+    let series = format!("holdfast_gateway_owner_lookups_total{{source=\"{source}\"}}");
+    text.lines().filter(|l| l.starts_with(&series)).filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).sum()
+}
+
 fn stale_routes() -> u64 {
     let text = holdfast_telemetry::install().render();
     text.lines().filter(|l| l.starts_with("holdfast_gateway_stale_routes_total")).filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).sum()
@@ -440,7 +448,7 @@ async fn the_ownership_cache_follows_moves_and_survives_a_broken_watch() {
     w.cut_gateway_from_registry(true);
     reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "s2".into(), to_cell: "b".into(), planned: true }).await.unwrap();
     let deadline = Instant::now() + WAIT;
-    while reg.get_owner(rpb::GetOwnerRequest { ns: "pay".into(), shard: "s2".into() }).await.unwrap().into_inner().owner.unwrap().epoch != 2 {
+    while reg.get_owner(rpb::GetOwnerRequest { ns: "pay".into(), shard: "s2".into(), fresh: true }).await.unwrap().into_inner().owner.unwrap().epoch != 2 {
         assert!(Instant::now() < deadline, "the move of s2 did not complete");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -451,5 +459,56 @@ async fn the_ownership_cache_follows_moves_and_survives_a_broken_watch() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(cache.relists() > relists, "it listed again to catch up");
+    w.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_lookups_are_answered_from_the_placement_cache_unless_fresh_is_asked() {
+    let _g = serial().await;
+    let w = World::start(true).await;
+    w.namespace("pay", pb::Posture::FailClosed, 0).await;
+    let mut gw = RegistryServiceClient::new(w.gateway_channel().await);
+    let ask = |fresh: bool| rpb::GetOwnerRequest { ns: "pay".into(), shard: "default".into(), fresh };
+    // Right after the namespace is made the cache may not have the shard yet (its
+    // watch delivers it within moments): until then the answer is the registry's.
+    let deadline = Instant::now() + WAIT;
+    let cached = loop {
+        let before = owner_lookups("cache");
+        let r = gw.get_owner(ask(false)).await;
+        if let (Ok(r), true) = (r, owner_lookups("cache") > before) {
+            break r.into_inner();
+        }
+        assert!(Instant::now() < deadline, "the cache never answered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(cached.owner.as_ref().map(|o| (o.cell.as_str(), o.epoch)), Some(("a", 1)));
+    assert!(cached.revision > 0, "the answer says which revision it reflects");
+
+    info!("--- the gateway loses the registry: the cache still answers, a fresh read cannot");
+    w.cut_gateway_from_registry(true);
+    let during = gw.get_owner(ask(false)).await.expect("the cache answers without the registry").into_inner();
+    assert_eq!(during, cached);
+    let fresh = gw.get_owner(tonic::Request::new(ask(true))).await.expect_err("a fresh read needs the registry");
+    assert_eq!(code(&fresh), "UNAVAILABLE", "{fresh:?}");
+    w.cut_gateway_from_registry(false);
+
+    info!("--- a move: the cache follows it (the watch), and its revision grows");
+    let mut reg = w.registry_client().await;
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let now = gw.get_owner(ask(false)).await.unwrap().into_inner();
+        if now.owner.as_ref().is_some_and(|o| o.cell == "b" && o.epoch == 2 && o.state == rpb::ShardState::Active as i32) {
+            assert!(now.revision > cached.revision);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cached owner never showed the move: {now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(gw.get_owner(ask(true)).await.unwrap().into_inner().owner.map(|o| (o.cell, o.epoch)), Some(("b".into(), 2)));
+
+    info!("--- a shard the cache does not know: asked of the registry, which knows it not");
+    let unknown = gw.get_owner(rpb::GetOwnerRequest { ns: "pay".into(), shard: "nope".into(), fresh: false }).await.unwrap_err();
+    assert_eq!(code(&unknown), "UNKNOWN_SHARD", "a shard the cache does not know is asked of the registry: {unknown:?}");
     w.shutdown().await;
 }

@@ -133,6 +133,10 @@ fn describe() {
         "Acquires refused with UNAVAILABLE because the cell was unreachable and the namespace is fail-closed, by namespace."
     );
     describe_counter!(GATEWAY_PLACEMENT_REFRESHES, "Placement reads from the registry, by scope (all, shard) and result (ok, error).");
+    describe_counter!(
+        GATEWAY_OWNER_LOOKUPS,
+        "GetOwner answers, by source: the gateway's placement cache, or the registry (fresh, or a shard the cache does not know)."
+    );
     describe_gauge!(GATEWAY_PLACEMENT_AGE, Unit::Seconds, "Seconds since the gateway last listed the whole placement from the registry.");
     describe_histogram!(
         HOLDER_OVERLAP,

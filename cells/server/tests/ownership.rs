@@ -84,7 +84,7 @@ impl World {
     }
 
     async fn owner(&self) -> rpb::ShardOwner {
-        let req = rpb::GetOwnerRequest { ns: "pay".into(), shard: "default".into() };
+        let req = rpb::GetOwnerRequest { ns: "pay".into(), shard: "default".into(), fresh: false };
         self.registry_client().await.get_owner(req).await.unwrap().into_inner().owner.unwrap()
     }
 

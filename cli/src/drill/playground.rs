@@ -139,7 +139,7 @@ impl Reg {
 
     /// The shard's owner; `None` if the registry does not know it (or did not answer).
     pub async fn owner(&self, ns: &str, shard: &str) -> Option<rpb::ShardOwner> {
-        let req = rpb::GetOwnerRequest { ns: ns.to_owned(), shard: shard.to_owned() };
+        let req = rpb::GetOwnerRequest { ns: ns.to_owned(), shard: shard.to_owned(), fresh: true };
         self.call(req, |mut c, r| async move { c.get_owner(r).await }).await.ok().and_then(|r| r.owner)
     }
 

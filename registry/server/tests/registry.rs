@@ -27,7 +27,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
 
     info!("--- a follower answers NOT_LEADER with the leader's client address");
     let follower = *reg.nodes.keys().find(|id| **id != leader).unwrap();
-    let e = reg.client(follower).await.get_owner(pb::GetOwnerRequest { ns: "pay".into(), shard: String::new() }).await.unwrap_err();
+    let e = reg.client(follower).await.get_owner(pb::GetOwnerRequest { ns: "pay".into(), shard: String::new(), fresh: false }).await.unwrap_err();
     assert_eq!(code(&e), "NOT_LEADER");
     let hint = holdfast_rpc::status::leader_of(&e).expect("a leader hint");
     assert_eq!(hint, reg.client_addr(leader).to_string());
@@ -65,7 +65,7 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
             "INVALID_ARGUMENT",
             c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "east-1".into(), planned: true }).await.map(drop),
         ),
-        ("unknown shard", "UNKNOWN_SHARD", c.get_owner(pb::GetOwnerRequest { ns: "pay".into(), shard: "nope".into() }).await.map(drop)),
+        ("unknown shard", "UNKNOWN_SHARD", c.get_owner(pb::GetOwnerRequest { ns: "pay".into(), shard: "nope".into(), fresh: false }).await.map(drop)),
         ("unknown namespace", "UNKNOWN_NAMESPACE", c.get_namespace(pb::GetNamespaceRequest { name: "ghost".into() }).await.map(drop)),
         ("malformed name", "INVALID_ARGUMENT", c.create_region(pb::CreateRegionRequest { region: "Not A Name".into() }).await.map(drop)),
         (

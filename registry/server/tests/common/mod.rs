@@ -111,7 +111,7 @@ pub async fn topology(c: &mut Client) {
 }
 
 pub async fn owner(c: &mut Client, ns: &str, shard: &str) -> pb::ShardOwner {
-    c.get_owner(pb::GetOwnerRequest { ns: ns.into(), shard: shard.into() }).await.unwrap().into_inner().owner.unwrap()
+    c.get_owner(pb::GetOwnerRequest { ns: ns.into(), shard: shard.into(), fresh: false }).await.unwrap().into_inner().owner.unwrap()
 }
 
 pub async fn renew(c: &mut Client, cell: &str) -> pb::RenewOwnershipResponse {
