@@ -139,6 +139,21 @@ impl Client {
     }
 }
 
+impl Client {
+    /// [`Client::call`] with the default retry budget and no stop token, `req` sent
+    /// anew on every attempt in the caller's trace: the shape of most one-off calls.
+    pub(crate) async fn unary<Req, T, F, Fut>(&self, what: &'static str, req: Req, f: F) -> Result<(T, Instant), Error>
+    where
+        Req: Clone,
+        F: Fn(LockServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let cfg = self.inner.config;
+        let give_up = Instant::now() + cfg.retry.give_up_after;
+        self.call(what, give_up, None, || cfg.request_timeout, |svc| f(svc, traced(req.clone()))).await.map_err(|e| e.expect("no stop token was given"))
+    }
+}
+
 /// A request in the trace of the caller's current span, when the application exports
 /// traces (`tracing` with an OpenTelemetry layer): the gateway and the cell continue
 /// it (docs/observability.md, "Traces"). Without one, a plain request.

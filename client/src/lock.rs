@@ -243,21 +243,9 @@ async fn watch_end(session: Session, name: LockName, token: FencingToken, end: A
 
 /// One stream of the hold's watch: `Some(reason)` once the hold has ended.
 async fn watch_pass(session: &Session, name: &LockName, token: FencingToken, from: &mut u64) -> Result<Option<LossReason>, Error> {
-    let shared = session.shared();
-    let cfg = *shared.client.config();
-    let give_up = Instant::now() + cfg.retry.give_up_after;
-    let req = pb::WatchRequest { shard: Some(shard_ref(&shared.shard)), name: name.to_string(), from_revision: *from };
-    let opened = shared.client.call(
-        "watch",
-        give_up,
-        None,
-        || cfg.request_timeout,
-        |mut svc| {
-            let req = req.clone();
-            async move { svc.watch(traced(req)).await }
-        },
-    );
-    let mut stream = opened.await.map_err(|e| e.unwrap_or_else(|| shared.lost_error()))?.0;
+    let client = &session.shared().client;
+    let req = pb::WatchRequest { shard: Some(shard_ref(session.shard())), name: name.to_string(), from_revision: *from };
+    let (mut stream, _) = client.unary("watch", req, |mut svc, req| async move { svc.watch(req).await }).await?;
     if *from == 0 {
         if let Some(reason) = ended_before_watch(session, name, token).await? {
             return Ok(Some(reason));
@@ -284,45 +272,15 @@ async fn watch_pass(session: &Session, name: &LockName, token: FencingToken, fro
 /// Has the hold already ended? The token's status says; the lock's last break says
 /// whether a break ended it.
 async fn ended_before_watch(session: &Session, name: &LockName, token: FencingToken) -> Result<Option<LossReason>, Error> {
-    let shared = session.shared();
-    let cfg = *shared.client.config();
-    let give_up = Instant::now() + cfg.retry.give_up_after;
-    let shard = Some(shard_ref(&shared.shard));
+    let client = &session.shared().client;
+    let shard = Some(shard_ref(session.shard()));
     let check = pb::CheckTokenRequest { shard: shard.clone(), name: name.to_string(), token: token.0 };
-    let status = shared
-        .client
-        .call(
-            "check_token",
-            give_up,
-            None,
-            || cfg.request_timeout,
-            |mut svc| {
-                let req = check.clone();
-                async move { svc.check_token(traced(req)).await }
-            },
-        )
-        .await
-        .map_err(|e| e.unwrap_or_else(|| shared.lost_error()))?
-        .0;
+    let (status, _) = client.unary("check_token", check, |mut svc, req| async move { svc.check_token(req).await }).await?;
     if status.status == pb::TokenStatus::Current as i32 {
         return Ok(None);
     }
     let describe = pb::DescribeRequest { shard, name: name.to_string() };
-    let d = shared
-        .client
-        .call(
-            "describe",
-            give_up,
-            None,
-            || cfg.request_timeout,
-            |mut svc| {
-                let req = describe.clone();
-                async move { svc.describe(traced(req)).await }
-            },
-        )
-        .await
-        .map_err(|e| e.unwrap_or_else(|| shared.lost_error()))?
-        .0;
+    let (d, _) = client.unary("describe", describe, |mut svc, req| async move { svc.describe(req).await }).await?;
     Ok(Some(if d.last_break.is_some_and(|b| b.token == token.0) { LossReason::Broken } else { LossReason::Ended }))
 }
 

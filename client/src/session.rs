@@ -283,22 +283,9 @@ impl Session {
             return Err(Error::InvalidArgument("progress timeout must be positive".into()));
         }
         let req = pb::CreateSessionRequest { shard: Some(shard_ref(&shard)), ttl_ms, client_label: opts.label };
-        let cfg = *client.config();
         // Not idempotent: if an answer is lost, the retry makes a second session and
         // the first one expires unused after its TTL.
-        let (resp, sent) = client
-            .call(
-                "create_session",
-                Instant::now() + cfg.retry.give_up_after,
-                None,
-                || cfg.request_timeout,
-                |mut svc| {
-                    let req = req.clone();
-                    async move { svc.create_session(traced(req)).await }
-                },
-            )
-            .await
-            .map_err(|e| e.expect("no stop token was given"))?;
+        let (resp, sent) = client.unary("create_session", req, |mut svc, req| async move { svc.create_session(req).await }).await?;
         let remaining = Duration::from_millis(resp.ttl_remaining_ms);
         let ttl = opts.ttl.min(remaining.max(Duration::from_millis(3)));
         let now = Instant::now();

@@ -287,17 +287,7 @@ impl Placement {
 
     fn apply(&self, ev: &rpb::OwnershipEvent) {
         let Ok(key) = shard_key(ev.ns.clone(), ev.shard.clone()) else { return };
-        let owner = owner_from(&rpb::ShardOwner {
-            ns: ev.ns.clone(),
-            shard: ev.shard.clone(),
-            region: ev.region.clone(),
-            cell: ev.cell.clone(),
-            epoch: ev.epoch,
-            state: ev.state,
-            to_cell: ev.to_cell.clone(),
-            planned: ev.planned,
-            sealed: ev.sealed,
-        });
+        let owner = owner_from(&holdfast_proto::convert::owner_after(ev));
         let mut v = self.view.write().expect("view lock");
         if ev.revision > v.revision {
             v.revision = ev.revision;

@@ -31,6 +31,21 @@ pub fn shard_key(ns: String, shard: String) -> Result<ShardKey, Invalid> {
 }
 
 /// Unset is exclusive.
+/// The owner record an ownership event leaves behind.
+pub fn owner_after(e: &rpb::OwnershipEvent) -> rpb::ShardOwner {
+    rpb::ShardOwner {
+        ns: e.ns.clone(),
+        shard: e.shard.clone(),
+        region: e.region.clone(),
+        cell: e.cell.clone(),
+        epoch: e.epoch,
+        state: e.state,
+        to_cell: e.to_cell.clone(),
+        planned: e.planned,
+        sealed: e.sealed,
+    }
+}
+
 pub fn mode_from(m: i32) -> Result<Mode, Invalid> {
     match lpb::Mode::try_from(m) {
         Ok(lpb::Mode::Unspecified) | Ok(lpb::Mode::Exclusive) => Ok(Mode::Exclusive),

@@ -393,22 +393,15 @@ impl EventView {
     }
 }
 
-/// One change of a shard's placement (`WatchOwnership`, the HTTP ownership stream).
+/// One change of a shard's placement (`WatchOwnership`, the HTTP ownership stream):
+/// the owner record after it, with its revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OwnershipEventView {
     /// Registry-wide, one higher for each event: resume after it.
     pub revision: u64,
-    pub ns: String,
-    pub shard: String,
-    pub region: String,
-    pub cell: String,
-    pub epoch: u32,
-    pub state: OwnerState,
-    /// While moving: where to.
-    pub to_cell: Option<String>,
-    /// While moving: planned (drain and seal) or not.
-    pub planned: Option<bool>,
+    #[serde(flatten)]
+    pub owner: OwnerView,
     /// While moving: the source has sealed the shard.
     pub sealed: bool,
     /// The registry leader's wall clock at the change, for display only.
@@ -417,20 +410,7 @@ pub struct OwnershipEventView {
 
 impl From<&rpb::OwnershipEvent> for OwnershipEventView {
     fn from(e: &rpb::OwnershipEvent) -> OwnershipEventView {
-        let moving = e.state == rpb::ShardState::Moving as i32;
-        OwnershipEventView {
-            revision: e.revision,
-            ns: e.ns.clone(),
-            shard: e.shard.clone(),
-            region: e.region.clone(),
-            cell: e.cell.clone(),
-            epoch: e.epoch,
-            state: if moving { OwnerState::Moving } else { OwnerState::Active },
-            to_cell: moving.then(|| e.to_cell.clone()),
-            planned: moving.then_some(e.planned),
-            sealed: e.sealed,
-            at_unix_ms: e.at_unix_ms,
-        }
+        OwnershipEventView { revision: e.revision, owner: OwnerView::from(&crate::convert::owner_after(e)), sealed: e.sealed, at_unix_ms: e.at_unix_ms }
     }
 }
 
