@@ -30,7 +30,6 @@ pub fn shard_key(ns: String, shard: String) -> Result<ShardKey, Invalid> {
     Ok(ShardKey::new(ns, shard))
 }
 
-/// Unset is exclusive.
 /// The owner record an ownership event leaves behind.
 pub fn owner_after(e: &rpb::OwnershipEvent) -> rpb::ShardOwner {
     rpb::ShardOwner {
@@ -46,6 +45,7 @@ pub fn owner_after(e: &rpb::OwnershipEvent) -> rpb::ShardOwner {
     }
 }
 
+/// Unset is exclusive.
 pub fn mode_from(m: i32) -> Result<Mode, Invalid> {
     match lpb::Mode::try_from(m) {
         Ok(lpb::Mode::Unspecified) | Ok(lpb::Mode::Exclusive) => Ok(Mode::Exclusive),
