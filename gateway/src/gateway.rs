@@ -260,8 +260,7 @@ impl Gateway {
     }
 
     pub async fn list_sessions(&self, ctx: &CallContext, req: pb::ListSessionsRequest) -> Result<pb::ListSessionsResponse, Status> {
-        let ctx = &self.authorize(ctx, Role::Reader, &req.shard)?;
-        self.unary(ctx, req, |r| &mut r.shard, |mut c, r| async move { c.list_sessions(r).await }).await
+        self.list_sessions_as(ctx, req).await.map(|(_, r)| r)
     }
 
     /// ListSessions, with who the caller proved to be (`None` on an `--insecure`
