@@ -7,6 +7,7 @@
 #   scripts/bench.sh                 # 10 s per workload per system
 #   BENCH_SECONDS=30 BENCH_ROUNDS=5 scripts/bench.sh
 #   BENCH_TLS=on BENCH_WORKLOADS=single scripts/bench.sh   # a subset
+#   BENCH_TLS=on BENCH_WORKLOADS="parallel:8 parallel:16 parallel:32" scripts/bench.sh  # other client counts
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -43,7 +44,12 @@ fi
 } >"$out/README"
 rounds="${BENCH_ROUNDS:-3}"
 for round in $(seq "$rounds"); do
-    for w in ${BENCH_WORKLOADS:-single parallel contended owner-lookups}; do
+    for spec in ${BENCH_WORKLOADS:-single parallel contended owner-lookups renewals}; do
+        # `parallel:16`: a workload at a client count other than its default (the
+        # acquire-p99 load envelope is a sweep of these, docs/benchmarks.md).
+        w="${spec%%:*}"
+        clients=()
+        if [ "$spec" != "$w" ]; then clients=(--clients "${spec#*:}"); fi
         # Alternate the order every round, so no system always runs on the warmer (or
         # the more fragmented) machine.
         order=("${systems[@]}")
@@ -59,8 +65,8 @@ for round in $(seq "$rounds"); do
                 holdfast-gateway-plain) args=(--system holdfast --endpoints 127.0.0.1:7500 --label "gateway, plaintext") ;;
                 holdfast-cell-plain) args=(--system holdfast --endpoints 127.0.0.1:7504,127.0.0.1:7505,127.0.0.1:7506 --label "cell, plaintext") ;;
             esac
-            echo "-- round $round: $w $sys"
-            "$bin/holdfast-bench" run --workload "$w" --seconds "$secs" "${args[@]}" | tee -a "$out/results.jsonl"
+            echo "-- round $round: $spec $sys"
+            "$bin/holdfast-bench" run --workload "$w" --seconds "$secs" "${clients[@]}" "${args[@]}" | tee -a "$out/results.jsonl"
         done
     done
 done

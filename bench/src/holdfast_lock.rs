@@ -73,8 +73,8 @@ impl Locker for OwnerReader {
 }
 
 /// Creates the namespace `bench` (correctness, fail-closed; the gateway's acquire-rate
-/// quota lifted so it does not cap the benchmark; no lock-delay) and places its shard
-/// `default` on `cell`. What exists already is left alone.
+/// quota lifted so it does not cap the benchmark; no lock-delay) and places its shards
+/// `default` and `renewals` on `cell`. What exists already is left alone.
 pub async fn setup(security: &Security, endpoint: &str, cell: &str) -> Result<(), String> {
     use holdfast_proto::admin::v1 as apb;
     use holdfast_proto::lock::v1 as pb;
@@ -100,9 +100,12 @@ pub async fn setup(security: &Security, endpoint: &str, cell: &str) -> Result<()
         };
         reg.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.map_err(|s| s.message().to_owned())?;
     }
-    let owner = reg.get_owner(rpb::GetOwnerRequest { ns: "bench".into(), shard: "default".into(), fresh: true }).await;
-    if owner.map(|o| o.into_inner().owner.is_none()).unwrap_or(true) {
-        reg.place_shard(rpb::PlaceShardRequest { ns: "bench".into(), shard: "default".into(), cell: cell.into() }).await.map_err(|s| s.message().to_owned())?;
+    // `default` for the workloads, `renewals` for the background sessions of `renewals`.
+    for shard in ["default", "renewals"] {
+        let owner = reg.get_owner(rpb::GetOwnerRequest { ns: "bench".into(), shard: shard.into(), fresh: true }).await;
+        if owner.map(|o| o.into_inner().owner.is_none()).unwrap_or(true) {
+            reg.place_shard(rpb::PlaceShardRequest { ns: "bench".into(), shard: shard.into(), cell: cell.into() }).await.map_err(|s| s.message().to_owned())?;
+        }
     }
     // The cell serves the shard once it renewed with the registry: wait for a grant.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);

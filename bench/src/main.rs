@@ -11,7 +11,11 @@
 //! - `owner-lookups`: `--clients` (64) services asking who owns a shard: holdfast's
 //!   `GetOwner` through a gateway (answered from its placement cache), etcd a range
 //!   read of one key (linearizable, its default). The rate is lookups per second and
-//!   the latency ("acquire") is one lookup.
+//!   the latency ("acquire") is one lookup;
+//! - `renewals`: `single`'s one client while `--sessions` (10,000) other sessions
+//!   (etcd: leases) of `--session-ttl-ms` (15 s, the seed's TTL) renew at TTL/3 in the
+//!   background, in their own shard (`--renewals-shard`) of the same cell
+//!   (`renewals.rs`). Compared with `single` alone: the cost of a cell's idle tenants.
 //!
 //! Latency is measured per operation with `Instant` around the awaited call; the
 //! percentiles are exact (all samples kept, sorted).
@@ -23,6 +27,7 @@
 #[cfg(feature = "etcd")]
 mod etcd_lock;
 mod holdfast_lock;
+mod renewals;
 
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
@@ -42,6 +47,7 @@ pub enum Workload {
     Parallel,
     Contended,
     OwnerLookups,
+    Renewals,
 }
 
 #[derive(Debug, Parser)]
@@ -185,6 +191,17 @@ struct Args {
     /// Measured seconds (after a one-second warm-up).
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// `renewals`: background sessions (etcd: leases).
+    #[arg(long, default_value_t = 10_000)]
+    sessions: usize,
+    /// `renewals`: their TTL; they renew at a third of it.
+    #[arg(long, default_value_t = 15_000)]
+    session_ttl_ms: u64,
+    /// `renewals`, holdfast: the shard the background sessions live in (placed on
+    /// the same cell by `setup`), so they do not count against the foreground shard's
+    /// session quota.
+    #[arg(long, default_value = "renewals")]
+    renewals_shard: String,
     #[command(flatten)]
     target: Target,
 }
@@ -217,6 +234,9 @@ struct Report {
     acquire_p99_ms: f64,
     cycle_p99_ms: f64,
     errors: u64,
+    /// `renewals`: what the background did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    background: Option<renewals::BackgroundReport>,
 }
 
 fn pct(v: &mut [Duration], p: f64) -> f64 {
@@ -293,6 +313,7 @@ async fn run<L: Locker + 'static>(lockers: Vec<L>, a: &Args) -> Report {
         acquire_p99_ms: pct(&mut all.acquire, 0.99),
         cycle_p99_ms: pct(&mut all.cycle, 0.99),
         errors: all.errors,
+        background: None,
     }
 }
 
@@ -304,7 +325,7 @@ async fn main() -> Result<(), String> {
         Cmd::Failover(a) => return failover(a).await,
     };
     let clients = a.clients.unwrap_or(match a.workload {
-        Workload::Single => 1,
+        Workload::Single | Workload::Renewals => 1,
         Workload::Parallel => 64,
         Workload::Contended => 16,
         Workload::OwnerLookups => 64,
@@ -318,6 +339,14 @@ async fn main() -> Result<(), String> {
                 ls.push(holdfast_lock::OwnerReader::connect(&security, &endpoints, &a.target.ns, &a.target.shard).await?);
             }
             run(ls, &a).await
+        }
+        System::Holdfast if a.workload == Workload::Renewals => {
+            let security = holdfast_lock::security(a.target.certs_dir.as_deref())?;
+            let ttl = Duration::from_millis(a.session_ttl_ms);
+            let background = renewals::HoldfastRenewers::start(&security, &endpoints, &a.target.ns, &a.renewals_shard, a.sessions, ttl).await?;
+            let l = holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.target.ns, &a.target.shard).await?;
+            let report = run(vec![l], &a).await;
+            Report { background: Some(background.stop().await?), ..report }
         }
         System::Holdfast => {
             let security = holdfast_lock::security(a.target.certs_dir.as_deref())?;
@@ -334,6 +363,13 @@ async fn main() -> Result<(), String> {
                 ls.push(etcd_lock::EtcdReader::connect(&endpoints).await?);
             }
             run(ls, &a).await
+        }
+        #[cfg(feature = "etcd")]
+        System::Etcd if a.workload == Workload::Renewals => {
+            let background = renewals::EtcdRenewers::start(&endpoints, a.sessions, Duration::from_millis(a.session_ttl_ms)).await?;
+            let l = etcd_lock::EtcdLocker::connect(&endpoints, None).await?;
+            let report = run(vec![l], &a).await;
+            Report { background: Some(background.stop().await?), ..report }
         }
         #[cfg(feature = "etcd")]
         System::Etcd => {

@@ -512,3 +512,67 @@ async fn owner_lookups_are_answered_from_the_placement_cache_unless_fresh_is_ask
     assert_eq!(code(&unknown), "UNKNOWN_SHARD", "a shard the cache does not know is asked of the registry: {unknown:?}");
     w.shutdown().await;
 }
+
+/// Calls that a client cancels (a renewal stream dropped before its end, a Watch
+/// closed) are reset on the client's connection and, as the gateway drops the upstream
+/// call, on the gateway's pooled connection to the cell. A trailer that arrives for a
+/// cancelled stream the client already forgot makes hyper's HTTP/2 client send another
+/// reset, which it counts over the connection's life; at 1,024 it closes the connection
+/// with `GOAWAY(ENHANCE_YOUR_CALM)` and every call in flight on it fails.
+/// `holdfast-bench renewals` (10,000 sessions through one gateway) hit this every few
+/// seconds. The wire edge's client connections lift that limit (`rpc/src/transport.rs`):
+/// here 3,200 cancelled renewal streams leave a Watch through the same gateway, and the
+/// test's own connection, working. Without the change the renewals fail with
+/// `RESOURCE_EXHAUSTED` after about a thousand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_streams_do_not_close_the_gateways_connection_to_the_cell() {
+    let _g = serial().await;
+    let w = World::start(false).await;
+    w.namespace("pay", pb::Posture::FailClosed, 0).await;
+    let c = LockServiceClient::new(w.gateway_channel().await);
+    let s = session(&c, "pay").await;
+    let watch_req = pb::WatchRequest { shard: shard("pay"), name: "watched".into(), from_revision: 0 };
+    let mut watch = retry("watch", || {
+        let mut c = c.clone();
+        let r = watch_req.clone();
+        async move { c.watch(r).await }
+    })
+    .await
+    .into_inner();
+
+    info!("--- 3,200 renewal streams, 64 at a time, each cancelled before its end");
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in 0..64 {
+        let c = c.clone();
+        tasks.spawn(async move {
+            for i in 0..50 {
+                let one = tokio_stream::iter([pb::KeepAliveRequest { session_id: s, shard: shard("pay") }]);
+                let mut stream = c.clone().keep_alive(one).await.unwrap_or_else(|e| panic!("renewal {k}/{i}: {e}")).into_inner();
+                // Half are dropped with their answer unread, half after it: both before
+                // the stream's end.
+                if i % 2 == 0 {
+                    let answer = stream.message().await.unwrap_or_else(|e| panic!("renewal {k}/{i}: {e}"));
+                    assert_eq!(answer.map(|a| a.ttl_remaining_ms), Some(10_000), "renewal {k}/{i}");
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+
+    info!("--- the Watch opened before them still delivers");
+    let t = c.clone().acquire(acquire_req("pay", s, "watched", "r-w")).await.unwrap().into_inner();
+    let granted = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let m = watch.message().await.expect("the Watch stream survived the cancelled streams").expect("the Watch is open");
+            if let Some(e) = m.events.iter().find(|e| e.kind == pb::EventKind::Acquired as i32) {
+                return e.token;
+            }
+        }
+    })
+    .await
+    .expect("the grant's event within 10 s");
+    assert_eq!(granted, t.token);
+    w.shutdown().await;
+}

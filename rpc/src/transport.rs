@@ -178,7 +178,17 @@ impl Transport {
         Ok(e.connect_timeout(Duration::from_millis(o.connect_timeout_ms))
             .http2_keep_alive_interval(Duration::from_millis(o.keepalive_interval_ms))
             .keep_alive_timeout(Duration::from_millis(o.keepalive_timeout_ms))
-            .keep_alive_while_idle(true))
+            .keep_alive_while_idle(true)
+            // hyper's HTTP/2 client counts, over a connection's whole life, the resets it
+            // sends for frames of streams it already cancelled and forgot (a trailer
+            // arriving after a renewal stream or a Watch was dropped), and at 1,024 closes
+            // the connection with GOAWAY(ENHANCE_YOUR_CALM), failing every call on it. A
+            // gateway's pooled connection to a cell cancels streams whenever its callers
+            // do, so it died every few seconds under 10,000 renewing sessions. The limit
+            // guards a client against a hostile server; ours are holdfast's own peers
+            // (authenticated under TLS), so it is lifted. Servers keep their limits.
+            // (gateway/tests/gateway.rs, cancelled_streams_...)
+            .http2_max_local_error_reset_streams(None))
     }
 
     fn connector(&self) -> Connector {
