@@ -9,29 +9,25 @@ use crate::gateway::Gateway;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use futures_util::{Stream, StreamExt};
 use holdfast_core::{ErrorCode, Mode, Role, ShardKey};
 use holdfast_proto::convert::{mode_to, shard_key};
-use holdfast_proto::json::{
-    CheckView, ErrorBody, EventView, GrantView, LockView, NamespaceSpec, NamespaceView, OwnerView, OwnershipEventView, SessionInfoView,
-};
+use holdfast_proto::json::{CheckView, ErrorBody, GrantView, LockView, NamespaceSpec, NamespaceView, OwnerView};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_rpc::status::{code_of, retry_after_of, status};
 use holdfast_rpc::{CallContext, Peer};
 use serde::{Deserialize, Serialize};
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::OwnedSemaphorePermit;
-use tonic::{Status, Streaming};
+use tonic::Status;
 use utoipa::{IntoParams, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+mod events;
+mod lists;
 
 /// A failed call as JSON.
 #[derive(Debug)]
@@ -176,18 +172,18 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 fn api() -> OpenApiRouter<Gateway> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(create_namespace, list_namespaces))
+        .routes(routes!(create_namespace, lists::list_namespaces))
         .routes(routes!(get_namespace))
-        .routes(routes!(create_session, list_sessions))
+        .routes(routes!(create_session, lists::list_sessions))
         .routes(routes!(keep_alive))
         .routes(routes!(close_session))
         .routes(routes!(describe))
-        .routes(routes!(lock_events))
+        .routes(routes!(events::lock_events))
         .routes(routes!(acquire))
         .routes(routes!(release))
         .routes(routes!(check))
-        .routes(routes!(list_shards))
-        .routes(routes!(ownership_events))
+        .routes(routes!(lists::list_shards))
+        .routes(routes!(events::ownership_events))
         .routes(routes!(owner))
         .routes(routes!(place_shard))
         .routes(routes!(move_shard))
@@ -232,272 +228,6 @@ fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     components.add_security_scheme("client_certificate", SecurityScheme::MutualTls { description: None, extensions: None });
     doc.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new()), SecurityRequirement::new("client_certificate", Vec::<String>::new())]);
     doc
-}
-
-// ---- lists: pages of at most `page_size`, continued by `page_token`
-
-/// The default and the largest page of a listing.
-pub const PAGE_SIZE: usize = 100;
-pub const MAX_PAGE_SIZE: usize = 1000;
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-struct PageQuery {
-    /// At most this many items (default 100, at most 1000).
-    #[param(minimum = 1, maximum = 1000)]
-    page_size: Option<usize>,
-    /// The `next_page_token` of the previous page; absent for the first.
-    page_token: Option<String>,
-}
-
-impl PageQuery {
-    /// The page size asked for, checked (before any upstream call).
-    fn size(&self) -> Result<usize, ApiError> {
-        match self.page_size.unwrap_or(PAGE_SIZE) {
-            size @ 1..=MAX_PAGE_SIZE => Ok(size),
-            size => Err(bad(format!("page_size must be 1 to {MAX_PAGE_SIZE}, not {size}"))),
-        }
-    }
-}
-
-/// One page of `items` sorted by `key`: those after the page token, at most the page
-/// size, and the token of the next page if more remain. The token is the last key of
-/// the page: items created or removed between pages do not shift the others.
-fn page<T>(mut items: Vec<T>, key: impl Fn(&T) -> String, q: &PageQuery) -> Result<(Vec<T>, Option<String>), ApiError> {
-    let size = q.size()?;
-    items.sort_by_key(&key);
-    if let Some(after) = q.page_token.as_deref().filter(|t| !t.is_empty()) {
-        items.retain(|i| key(i).as_str() > after);
-    }
-    let next = (items.len() > size).then(|| key(&items[size - 1]));
-    items.truncate(size);
-    Ok((items, next))
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-struct NamespacePage {
-    namespaces: Vec<NamespaceView>,
-    /// Pass as `page_token` for the next page; `null` on the last.
-    next_page_token: Option<String>,
-}
-
-/// Every namespace (operator).
-#[utoipa::path(get, path = "/v1/namespaces", tag = "namespaces", params(PageQuery),
-    responses((status = 200, description = "A page of namespaces, by name", body = NamespacePage)))]
-async fn list_namespaces(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers: HeaderMap, Params(q): Params<PageQuery>) -> ApiResult<NamespacePage> {
-    let ctx = context(peer, &headers);
-    q.size()?;
-    let r = gw.registry(&ctx, Need::Operator, rpb::ListNamespacesRequest {}, |mut c, r| async move { c.list_namespaces(r).await }).await?;
-    let all = r.configs.iter().map(|c| namespace_view(Some(c))).collect::<Result<Vec<_>, _>>()?;
-    let (namespaces, next_page_token) = page(all, |n| n.name.clone(), &q)?;
-    Ok(Json(NamespacePage { namespaces, next_page_token }))
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-struct ShardsQuery {
-    /// Only this namespace's shards (a reader of it may list them); absent: every
-    /// namespace (operator).
-    #[serde(default)]
-    ns: String,
-    /// Only shards homed in this region.
-    #[serde(default)]
-    region: String,
-    /// Only shards served by this cell (operator).
-    #[serde(default)]
-    cell: String,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-struct ShardPage {
-    shards: Vec<OwnerView>,
-    /// The ownership revision this page reflects. Follow
-    /// `GET /v1/shards/events?from_revision=` the first page's revision: every change
-    /// after it arrives there, so the pages and the stream converge.
-    revision: u64,
-    next_page_token: Option<String>,
-}
-
-/// Where each shard lives.
-#[utoipa::path(get, path = "/v1/shards", tag = "shards", params(ShardsQuery, PageQuery),
-    responses((status = 200, description = "A page of shard owners, by namespace and shard", body = ShardPage)))]
-async fn list_shards(
-    State(gw): State<Gateway>,
-    peer: ConnectInfo<Peer>,
-    headers: HeaderMap,
-    Params(f): Params<ShardsQuery>,
-    Params(q): Params<PageQuery>,
-) -> ApiResult<ShardPage> {
-    let ctx = context(peer, &headers);
-    q.size()?;
-    let need = if f.cell.is_empty() { Need::ns_or_operator(Role::Reader, &f.ns)? } else { Need::Operator };
-    let req = rpb::ListShardsRequest { ns: f.ns, cell: f.cell };
-    let r = gw.registry(&ctx, need, req, |mut c, r| async move { c.list_shards(r).await }).await?;
-    let all = r.shards.iter().filter(|o| f.region.is_empty() || o.region == f.region).map(OwnerView::from).collect();
-    let (shards, next_page_token) = page(all, |o: &OwnerView| format!("{}:{}", o.ns, o.shard), &q)?;
-    Ok(Json(ShardPage { shards, revision: r.revision, next_page_token }))
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-struct SessionsQuery {
-    ns: String,
-    #[serde(default = "default_shard")]
-    shard: String,
-    /// Only the caller's own sessions (those bound to the identity it authenticated
-    /// as).
-    #[serde(default)]
-    mine: bool,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-struct SessionPage {
-    sessions: Vec<SessionInfoView>,
-    next_page_token: Option<String>,
-}
-
-/// The sessions of a shard (a reader of its namespace), or the caller's own.
-#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(SessionsQuery, PageQuery),
-    responses((status = 200, description = "A page of sessions, by id", body = SessionPage)))]
-async fn list_sessions(
-    State(gw): State<Gateway>,
-    peer: ConnectInfo<Peer>,
-    headers: HeaderMap,
-    Params(f): Params<SessionsQuery>,
-    Params(q): Params<PageQuery>,
-) -> ApiResult<SessionPage> {
-    let ctx = context(peer, &headers);
-    q.size()?;
-    let k = key(f.ns, f.shard)?;
-    let (who, r) = gw.list_sessions_as(&ctx, pb::ListSessionsRequest { shard: shard_ref(&k) }).await?;
-    let mine = |s: &&pb::SessionInfo| !f.mine || s.owner == who.as_deref().unwrap_or_default();
-    let all = r.sessions.iter().filter(mine).map(|s| SessionInfoView::from_pb(s, |id| session_handle(&k, id))).collect();
-    let (sessions, next_page_token) = page(all, |s: &SessionInfoView| s.session.clone(), &q)?;
-    Ok(Json(SessionPage { sessions, next_page_token }))
-}
-
-// ---- event streams (Server-Sent Events)
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-struct EventsQuery {
-    /// Events after this revision. A `Last-Event-ID` header (what an `EventSource`
-    /// sends when it reconnects) takes its place.
-    from_revision: Option<u64>,
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-struct OwnershipEventsQuery {
-    /// Only this namespace's shards (a reader of it); absent: every namespace
-    /// (operator).
-    #[serde(default)]
-    ns: String,
-    /// Events after this revision (0: every retained event). A `Last-Event-ID`
-    /// header takes its place.
-    from_revision: Option<u64>,
-}
-
-/// Where a stream resumes: the `Last-Event-ID` a reconnecting `EventSource` sends, else
-/// the query's revision, else `default`.
-fn resume_from(headers: &HeaderMap, query: Option<u64>, default: u64) -> Result<u64, ApiError> {
-    match headers.get("last-event-id") {
-        Some(v) => v.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or_else(|| bad("Last-Event-ID must be a revision (a decimal integer)")),
-        None => Ok(query.unwrap_or(default)),
-    }
-}
-
-/// An upstream watch as Server-Sent Events: each message becomes the events `each`
-/// makes of it; an error ends the stream with an `error` event carrying the error
-/// answer ([`ErrorBody`]); the gateway stopping ends it too. Comments keep idle
-/// connections open through proxies. `slot` is held while the stream lasts.
-fn sse<T: Send + 'static>(
-    gw: &Gateway,
-    upstream: Streaming<T>,
-    slot: OwnedSemaphorePermit,
-    each: impl FnMut(T) -> Vec<Event> + Send + 'static,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let events = futures_util::stream::unfold(Some((upstream, each)), |state| async move {
-        let (mut upstream, mut each) = state?;
-        match upstream.message().await {
-            Ok(Some(m)) => Some((futures_util::stream::iter(each(m)), Some((upstream, each)))),
-            Ok(None) => None,
-            Err(s) => Some((futures_util::stream::iter(vec![error_event(&s)]), None)),
-        }
-    })
-    .flatten()
-    .take_until(gw.stopping())
-    .map(move |e| {
-        let _held = &slot;
-        Ok(e)
-    });
-    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-}
-
-fn error_event(s: &Status) -> Event {
-    let code = code_of(s).unwrap_or(ErrorCode::Unavailable);
-    let body = ErrorBody { code, message: s.message().to_owned(), retryable: code.is_retryable(), retry_after_ms: retry_after_of(s) };
-    Event::default().event("error").json_data(body).unwrap_or_default()
-}
-
-fn json_event(kind: &str, id: u64, data: &impl Serialize) -> Event {
-    Event::default().event(kind).id(id.to_string()).json_data(data).unwrap_or_default()
-}
-
-/// Ownership changes as Server-Sent Events: `event: ownership`, `id:` the revision,
-/// `data:` an `OwnershipEventView`. A revision older than the registry keeps is a
-/// 400 `INVALID_ARGUMENT` ("compacted"): list again and follow from that list's
-/// revision.
-#[utoipa::path(get, path = "/v1/shards/events", tag = "shards", params(OwnershipEventsQuery),
-    responses((status = 200, description = "`ownership` events (id: the revision), `error` last if the stream fails", content_type = "text/event-stream", body = OwnershipEventView)))]
-async fn ownership_events(
-    State(gw): State<Gateway>,
-    peer: ConnectInfo<Peer>,
-    headers: HeaderMap,
-    Params(q): Params<OwnershipEventsQuery>,
-) -> Result<Response, ApiError> {
-    let ctx = context(peer, &headers);
-    let need = Need::ns_or_operator(Role::Reader, &q.ns)?;
-    let from_revision = resume_from(&headers, q.from_revision, 0)?;
-    let slot = gw.stream_slot()?;
-    let req = rpb::WatchOwnershipRequest { from_revision, ns: q.ns };
-    let upstream = gw.registry(&ctx, need, req, |mut c, r| async move { c.watch_ownership(r).await }).await?;
-    Ok(sse(&gw, upstream, slot, |e: rpb::OwnershipEvent| vec![json_event("ownership", e.revision, &OwnershipEventView::from(&e))]).into_response())
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-struct CompactedView {
-    /// Re-read the lock and follow from this revision.
-    compact_revision: u64,
-}
-
-/// A lock's events as Server-Sent Events: `event: lock`, `id:` the revision, `data:`
-/// an `EventView`; from now on, or after `from_revision`. When that revision is
-/// older than the cell keeps, a `compacted` event says from where to continue after
-/// re-reading the lock.
-#[utoipa::path(get, path = "/v1/locks/{ns}/{shard}/{name}/events", tag = "locks", params(LockPath, EventsQuery),
-    responses((status = 200, description = "`lock` events (id: the revision); `compacted` ({compact_revision}); `error` last if the stream fails", content_type = "text/event-stream", body = EventView)))]
-async fn lock_events(
-    State(gw): State<Gateway>,
-    peer: ConnectInfo<Peer>,
-    headers: HeaderMap,
-    Segments((ns, shard, name)): Segments<(String, String, String)>,
-    Params(q): Params<EventsQuery>,
-) -> Result<Response, ApiError> {
-    let ctx = context(peer, &headers);
-    let k = key(ns, shard)?;
-    let from_revision = resume_from(&headers, q.from_revision, 0)?;
-    let slot = gw.stream_slot()?;
-    let upstream = gw.watch(&ctx, pb::WatchRequest { shard: shard_ref(&k), name, from_revision }).await?;
-    let each = move |w: pb::WatchResponse| {
-        let mut out = Vec::with_capacity(w.events.len() + 1);
-        if w.compact_revision > 0 {
-            out.push(Event::default().event("compacted").json_data(CompactedView { compact_revision: w.compact_revision }).unwrap_or_default());
-        }
-        out.extend(w.events.iter().map(|e| json_event("lock", e.revision, &EventView::from_pb(e, |id| session_handle(&k, id)))));
-        out
-    };
-    Ok(sse(&gw, upstream, slot, each).into_response())
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
