@@ -9,6 +9,9 @@ pub struct EtcdLocker {
     client: Client,
     lease: i64,
     held: Option<Vec<u8>>,
+    /// The store revision the last grant answered at: larger for every later grant,
+    /// so it can serve as a fencing token (`control`).
+    revision: i64,
 }
 
 impl EtcdLocker {
@@ -20,13 +23,41 @@ impl EtcdLocker {
         let options = request_timeout.map(|t| ConnectOptions::new().with_timeout(t).with_connect_timeout(t).with_keep_alive(Duration::from_millis(500), t));
         let mut client = Client::connect(endpoints, options).await.map_err(|e| e.to_string())?;
         let lease = client.lease_grant(60, None).await.map_err(|e| e.to_string())?.id();
-        Ok(EtcdLocker { client, lease, held: None })
+        Ok(EtcdLocker { client, lease, held: None, revision: 0 })
+    }
+
+    /// A client whose lease (`ttl`, whole seconds) is kept alive at TTL/3 by a
+    /// background task, as an application's is: the `control` holder, whose keep-alive
+    /// stops when its process is paused.
+    pub async fn with_kept_lease(endpoints: &[String], ttl: Duration) -> Result<EtcdLocker, String> {
+        let mut client = Client::connect(endpoints, None).await.map_err(|e| e.to_string())?;
+        let lease = client.lease_grant(ttl.as_secs().max(1) as i64, None).await.map_err(|e| e.to_string())?.id();
+        let (mut keeper, mut answers) = client.lease_keep_alive(lease).await.map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                if keeper.keep_alive().await.is_err() || !matches!(answers.message().await, Ok(Some(r)) if r.ttl() > 0) {
+                    return;
+                }
+            }
+        });
+        Ok(EtcdLocker { client, lease, held: None, revision: 0 })
+    }
+
+    pub fn lease(&self) -> i64 {
+        self.lease
+    }
+
+    /// The revision of the last grant.
+    pub fn revision(&self) -> i64 {
+        self.revision
     }
 }
 
 impl Locker for EtcdLocker {
     async fn lock(&mut self, key: &str) -> Result<(), String> {
         let r = self.client.lock(key, Some(LockOptions::new().with_lease(self.lease))).await.map_err(|e| e.to_string())?;
+        self.revision = r.header().map_or(0, |h| h.revision());
         self.held = Some(r.key().to_vec());
         Ok(())
     }

@@ -22,10 +22,24 @@ pub fn security(certs_dir: Option<&std::path::Path>) -> Result<Security, String>
 impl HoldfastLocker {
     /// A client of its own (its own connections, as an application instance has).
     pub async fn connect(security: &Security, endpoints: &[String], ns: &str, shard: &str) -> Result<HoldfastLocker, String> {
+        Self::with_ttl(security, endpoints, ns, shard, Duration::from_secs(10)).await
+    }
+
+    /// A client whose session has `ttl` (`control` uses a short one).
+    pub async fn with_ttl(security: &Security, endpoints: &[String], ns: &str, shard: &str, ttl: Duration) -> Result<HoldfastLocker, String> {
         let transport = Transport::new(TransportOptions::default(), security.clone());
         let client = Client::connect_via(&transport, endpoints, ClientConfig::default()).await.map_err(|e| e.to_string())?;
-        let session = client.create_session(SessionOptions::new(ns, shard, Duration::from_secs(10)).label("bench")).await.map_err(|e| e.to_string())?;
+        let session = client.create_session(SessionOptions::new(ns, shard, ttl).label("bench")).await.map_err(|e| e.to_string())?;
         Ok(HoldfastLocker { session, held: None })
+    }
+
+    pub fn session_id(&self) -> u64 {
+        self.session.id().0
+    }
+
+    /// The fencing token of the lock held, if any.
+    pub fn token(&self) -> Option<u64> {
+        self.held.as_ref().map(|l| l.token().0)
     }
 }
 

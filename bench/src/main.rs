@@ -24,6 +24,7 @@
 //! `scripts/failover.sh` SIGKILLs the service's leader and restarts it; it reports
 //! every gap between consecutive grants (docs/guarantees.md, "Failover").
 
+mod control;
 #[cfg(feature = "etcd")]
 mod etcd_lock;
 mod holdfast_lock;
@@ -77,6 +78,15 @@ enum Cmd {
     ///
     /// Example: holdfast-bench failover --system holdfast --endpoints 127.0.0.1:7400 --seconds 40
     Failover(FailoverArgs),
+    /// The safety checker's positive control: a holder paused past its lease while
+    /// another takes the lock, then the drills' checker on the history (control.rs,
+    /// scripts/control.sh). One JSON line out.
+    ///
+    /// Example: holdfast-bench control --system etcd --endpoints 127.0.0.1:21379 --history /tmp/h.jsonl
+    Control(control::ControlArgs),
+    /// The paused holder of `control` (started by it).
+    #[command(hide = true)]
+    ControlHolder(control::HolderArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -323,6 +333,8 @@ async fn main() -> Result<(), String> {
         Cmd::Setup { endpoints, cell, certs_dir } => return holdfast_lock::setup(&holdfast_lock::security(certs_dir.as_deref())?, &endpoints, &cell).await,
         Cmd::Run(a) => a,
         Cmd::Failover(a) => return failover(a).await,
+        Cmd::Control(a) => return control::control(a).await,
+        Cmd::ControlHolder(a) => return control::holder(a).await,
     };
     let clients = a.clients.unwrap_or(match a.workload {
         Workload::Single | Workload::Renewals => 1,
