@@ -22,8 +22,6 @@ struct HoldEnd {
     /// cancelled alone when the cell ends this hold.
     lost: CancellationToken,
     reason: OnceLock<LossReason>,
-    /// The watch runs from the first ask ([`Lock::lost`], [`Lock::loss_token`]).
-    watching: std::sync::Once,
     /// Cancelled when the hold is released or dropped: the watch stops.
     done: CancellationToken,
 }
@@ -45,14 +43,15 @@ pub struct Lock {
     unfenced: bool,
     granted_at: Instant,
     released: bool,
-    end: Arc<HoldEnd>,
+    /// Made, and the watch started, at the first ask ([`Lock::lost`],
+    /// [`Lock::loss_token`]): a grant nobody listens to costs nothing more.
+    end: OnceLock<Arc<HoldEnd>>,
 }
 
 impl Lock {
     pub(crate) fn new(session: Session, name: LockName, token: FencingToken, value: Vec<u8>, request_id: RequestId, mode: Mode, unfenced: bool) -> Lock {
         session.shared().hold_started();
-        let end = Arc::new(HoldEnd { lost: session.loss_token(), reason: OnceLock::new(), watching: std::sync::Once::new(), done: CancellationToken::new() });
-        Lock { session, name, token, value, request_id, mode, unfenced, granted_at: Instant::now(), released: false, end }
+        Lock { session, name, token, value, request_id, mode, unfenced, granted_at: Instant::now(), released: false, end: OnceLock::new() }
     }
 
     /// The fencing token of this hold. Larger is newer; tokens of a lock never repeat.
@@ -96,12 +95,12 @@ impl Lock {
     /// Is the hold lost: its session is, or (once a watch runs: [`Lock::lost`],
     /// [`Lock::loss_token`]) the cell ended the hold? Final once true.
     pub fn is_lost(&self) -> bool {
-        self.session.is_lost() || self.end.reason.get().is_some()
+        self.session.is_lost() || self.ended().is_some()
     }
 
     /// Why the hold was lost, if it was: the hold's own end, else its session's.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        self.end.reason.get().copied().or_else(|| self.session.loss_reason())
+        self.ended().or_else(|| self.session.loss_reason())
     }
 
     /// Resolves when the hold is lost: the worker must stop acting on the resource.
@@ -109,25 +108,24 @@ impl Lock {
     /// first call starts a watch of the lock, which reports a break (`Broken`) or the
     /// namespace's max hold time (`MaxHold`) ending this hold.
     pub async fn lost(&self) -> LossReason {
-        self.watch_end();
+        let end = self.watch_end();
         tokio::select! {
-            r = self.session.lost() => self.end.reason.get().copied().unwrap_or(r),
-            _ = self.end.lost.cancelled() => self.loss_reason().unwrap_or(LossReason::Ended),
+            r = self.session.lost() => self.ended().unwrap_or(r),
+            _ = end.lost.cancelled() => self.loss_reason().unwrap_or(LossReason::Ended),
         }
     }
 
     /// A token cancelled when the hold is lost, as [`Lock::lost`] (it starts the same
     /// watch). Cancelling it yourself ends nothing.
     pub fn loss_token(&self) -> CancellationToken {
-        self.watch_end();
-        self.end.lost.child_token()
+        self.watch_end().lost.child_token()
     }
 
     /// `Ok` while it is safe to act under this hold; call it before each effectful step.
     pub fn check(&self) -> Result<(), Error> {
         self.session.check()?;
-        match self.end.reason.get() {
-            Some(reason) => Err(Error::HoldEnded { lock: self.name.to_string(), token: self.token.0, reason: *reason }),
+        match self.ended() {
+            Some(reason) => Err(Error::HoldEnded { lock: self.name.to_string(), token: self.token.0, reason }),
             None => Ok(()),
         }
     }
@@ -135,23 +133,36 @@ impl Lock {
     /// Starts, once, the watch of this lock that reports the cell ending the hold.
     /// (Not at grant: a watch is a stream per hold, which only a holder that listens
     /// for loss needs.)
-    fn watch_end(&self) {
-        if self.unfenced {
-            return; // nothing is held at any cell
-        }
-        self.end.watching.call_once(|| {
-            let (session, name, token, end) = (self.session.clone(), self.name.clone(), self.token, self.end.clone());
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(watch_end(session, name, token, end));
+    fn watch_end(&self) -> &Arc<HoldEnd> {
+        self.end.get_or_init(|| {
+            let end = Arc::new(HoldEnd { lost: self.session.loss_token(), reason: OnceLock::new(), done: CancellationToken::new() });
+            // An unfenced grant holds nothing at any cell: nothing to watch.
+            if !self.unfenced {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(watch_end(self.session.clone(), self.name.clone(), self.token, end.clone()));
+                }
             }
-        });
+            end
+        })
+    }
+
+    /// How the cell ended this hold, if the watch saw it.
+    fn ended(&self) -> Option<LossReason> {
+        self.end.get().and_then(|e| e.reason.get().copied())
+    }
+
+    /// Stops the watch, if one runs.
+    fn stop_watch(&self) {
+        if let Some(e) = self.end.get() {
+            e.done.cancel();
+        }
     }
 
     /// Releases the hold (retrying retryable errors; a repeated release is harmless).
     /// `NOT_HOLDER` means the hold had already ended some other way.
     pub async fn release(mut self) -> Result<(), Error> {
         self.released = true;
-        self.end.done.cancel();
+        self.stop_watch();
         release(self.session.clone(), self.name.clone(), self.token, self.granted_at).await
     }
 }
@@ -162,7 +173,7 @@ impl Drop for Lock {
             return;
         }
         self.released = true;
-        self.end.done.cancel();
+        self.stop_watch();
         let (session, name, token, granted_at) = (self.session.clone(), self.name.clone(), self.token, self.granted_at);
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
