@@ -75,7 +75,9 @@ etcd_leader() {
 }
 
 # Starts a one-region holdfast playground (a registry voter, a 3-node cell, a gateway)
-# named $1 on ports from $2; further arguments go to `holdfast dev`.
+# named $1 on ports from $2, and sets it up for holdfast-bench (the namespace `bench`,
+# its shards on the cell); further arguments go to `holdfast dev`. Its certificates are
+# in "$work/$1/certs" unless --insecure was given.
 start_holdfast() {
     local name=$1 port=$2; shift 2
     echo "== holdfast ($name): one region on loopback, ports from $port"
@@ -83,4 +85,7 @@ start_holdfast() {
     pids+=($!)
     for _ in $(seq 240); do [ -f "$work/$name/endpoints.json" ] && break; sleep 0.5; done
     [ -f "$work/$name/endpoints.json" ] || { tail -20 "$work/$name.log"; return 1; }
+    local certs=(--certs-dir "$work/$name/certs")
+    if [[ " $* " == *" --insecure "* ]]; then certs=(); fi
+    "$bin/holdfast-bench" setup --endpoints "127.0.0.1:$port" --cell east-1 "${certs[@]}"
 }

@@ -29,12 +29,10 @@ tls="${BENCH_TLS:-both}"
 systems=(etcd)
 if [ "$tls" != off ]; then
     start_holdfast holdfast 7400
-    "$bin/holdfast-bench" setup --endpoints 127.0.0.1:7400 --cell east-1 --certs-dir "$work/holdfast/certs"
     systems+=(holdfast-gateway holdfast-cell)
 fi
 if [ "$tls" != on ]; then
     start_holdfast holdfast-plain 7500 --insecure
-    "$bin/holdfast-bench" setup --endpoints 127.0.0.1:7500 --cell east-1
     systems+=(holdfast-gateway-plain holdfast-cell-plain)
 fi
 

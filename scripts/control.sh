@@ -22,7 +22,6 @@ anchors_build
 
 start_etcd
 start_holdfast holdfast 7400
-"$bin/holdfast-bench" setup --endpoints 127.0.0.1:7400 --cell east-1 --certs-dir "$work/holdfast/certs"
 
 echo "commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ); $trials trials per row, 3 s leases" >"$out/README"
 for sys in etcd holdfast; do

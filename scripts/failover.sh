@@ -22,7 +22,6 @@ anchors_build
 
 start_etcd
 start_holdfast holdfast 7400
-"$bin/holdfast-bench" setup --endpoints 127.0.0.1:7400 --cell east-1 --certs-dir "$work/holdfast/certs"
 
 kill_leader() { # system
     case $1 in
