@@ -70,7 +70,7 @@ if lines:
 # The cost of mutual TLS: the same path with and without it, in the same run.
 pairs = [("gateway", "holdfast (gateway)", "holdfast (gateway, plaintext)"), ("cell", "holdfast (cell)", "holdfast (cell, plaintext)")]
 lines = []
-for w, clients, _ in sorted({(w, c, 0) for w, c, _ in runs}):
+for w, clients in sorted({(w, c) for w, c, _ in runs}):
     for path, on, off in pairs:
         if (w, clients, on) in runs and (w, clients, off) in runs:
             a, b = runs[(w, clients, on)], runs[(w, clients, off)]
