@@ -5,6 +5,7 @@
 //! tried last for a while.
 
 use crate::error::Error;
+use crate::renewals::Renewals;
 use crate::session::{Session, SessionOptions};
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_rpc::{host_port, Budget, Channel, Hints, Retry, RetryPolicy, Transport, Upstream};
@@ -42,6 +43,8 @@ pub struct Client {
 struct Inner {
     config: ClientConfig,
     upstream: Upstream,
+    /// The sessions' renewal streams, one per shard (`renewals.rs`).
+    renewals: Arc<Renewals>,
 }
 
 impl Client {
@@ -80,12 +83,22 @@ impl Client {
             return Err(Error::Transport { grpc: tonic::Code::Unavailable, message: format!("no endpoint accepted a connection; last: {last}") });
         }
         let upstream = Upstream::new(transport, endpoints, Hints::Anywhere);
-        Ok(Client { inner: Arc::new(Inner { config, upstream }) })
+        Ok(Client { inner: Arc::new(Inner { config, upstream, renewals: Arc::default() }) })
     }
 
     /// Creates a session in the cell and starts renewing it.
     pub async fn create_session(&self, opts: SessionOptions) -> Result<Session, Error> {
         Session::create(self.clone(), opts).await
+    }
+
+    pub(crate) fn renewals(&self) -> &Arc<Renewals> {
+        &self.inner.renewals
+    }
+
+    /// How many renewal streams this client keeps open: one per shard its sessions
+    /// renew in (diagnostics and tests).
+    pub fn renewal_streams(&self) -> usize {
+        self.inner.renewals.open()
     }
 
     pub fn config(&self) -> &ClientConfig {

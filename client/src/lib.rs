@@ -48,6 +48,7 @@ mod error;
 mod keeper;
 mod lock;
 mod ownership;
+mod renewals;
 mod session;
 
 pub use client::{Client, ClientConfig};

@@ -17,6 +17,7 @@ use holdfast_core::{validate_value, ErrorCode, FencingToken, LockName, Mode, Nam
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_rpc::{Backoff, Channel};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
@@ -503,17 +504,16 @@ async fn renew(s: &Arc<Shared>, stop: CancellationToken, created: Instant) {
     // The shard lets a gateway route the stream; its epoch lets the shard's next
     // owner say the session was left behind by a move.
     let renewal = pb::KeepAliveRequest { session_id: s.id.0, shard: Some(pb::ShardRef { epoch: s.epoch, ..shard_ref(&s.shard) }) };
-    let mut keepalive = move |mut svc: LockServiceClient<Channel>| {
-        let renewal = renewal.clone();
-        async move {
-            // One stream per renewal: a long-lived stream would pin the session to one
-            // node across leader changes and hold that node's graceful shutdown open.
-            let mut answers = svc.keep_alive(tokio_stream::iter([renewal])).await?.into_inner();
-            match answers.message().await? {
-                Some(r) => Ok(tonic::Response::new(r)),
-                None => Err(tonic::Status::unavailable("keep-alive stream ended without an answer")),
-            }
-        }
+    let renewals = s.client.renewals().clone();
+    let shard = s.shard.clone();
+    // Each attempt gets a bound, so a stream to a stuck node is retired in time for the
+    // next attempt (the attempt's own bound is `timeout`, below).
+    let within = AtomicU64::new(0);
+    let mut keepalive = |svc: LockServiceClient<Channel>| {
+        let within = Duration::from_micros(within.load(Ordering::Relaxed));
+        let (renewals, shard, renewal) = (renewals.clone(), shard.clone(), renewal.clone());
+        // A message on the shard's renewal stream of this client (`renewals.rs`).
+        async move { renewals.renew(svc, &shard, renewal, within).await.map(tonic::Response::new) }
     };
     loop {
         let lose_at = s.lose_at();
@@ -552,6 +552,7 @@ async fn renew(s: &Arc<Shared>, stop: CancellationToken, created: Instant) {
         }
         s.state().stalled = false;
         let timeout = cfg.request_timeout.min(lose_at.saturating_duration_since(now)).max(Duration::from_millis(1));
+        within.store(timeout.mul_f64(0.9).as_micros().max(1) as u64, Ordering::Relaxed);
         let outcome = tokio::select! {
             biased;
             _ = stop.cancelled() => break,

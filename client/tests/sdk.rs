@@ -260,3 +260,46 @@ async fn a_hold_the_cell_ends_is_signalled_to_its_holder_while_its_session_lives
     session.close().await.unwrap();
     cell.shutdown().await;
 }
+
+/// A client's sessions of one shard renew as messages on one KeepAlive stream
+/// (`client/src/renewals.rs`), not one stream per renewal; when the leader dies the
+/// stream ends, and every session renews at the new leader on a new stream, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_renew_on_one_stream_per_shard_and_move_with_the_leader() {
+    let _g = serial().await;
+    let mut cell = TestCell::start(0).await;
+    let client = Client::connect(&cell.endpoints()).await.unwrap();
+    // As in the leader-kill test: the outage (~3 s) must fit in 2/3 TTL minus TTL/3.
+    let ttl = Duration::from_secs(15);
+    let mut sessions = Vec::new();
+    for _ in 0..20 {
+        sessions.push(client.create_session(opts(ttl)).await.unwrap());
+    }
+    // A session's deadline is 2/3 TTL after its last confirmed renewal was sent, so a
+    // deadline beyond `at + 2/3 TTL` means a renewal sent after `at`.
+    let all_renewed_after = |sessions: &[holdfast_client::Session], at: Instant| {
+        sessions.iter().all(|s| s.time_left().is_some_and(|left| Instant::now() + left > at + ttl * 2 / 3))
+    };
+    let created = Instant::now();
+
+    info!("--- each session renews; all renewals on one stream");
+    eventually("every session renewed", || async { all_renewed_after(&sessions, created) }).await;
+    assert_eq!(client.renewal_streams(), 1, "one stream for the shard's sessions");
+
+    info!("--- kill the leader: the stream ends, the renewals go to the new leader on a new one");
+    let l1 = cell.leader().await;
+    cell.stop_node(l1).await;
+    let killed = Instant::now();
+    let deadline = killed + ttl;
+    while !all_renewed_after(&sessions, killed) {
+        assert!(Instant::now() < deadline, "the sessions did not renew at the new leader within a TTL");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(cell.leader().await, l1);
+    assert!(sessions.iter().all(|s| !s.is_lost()), "no session was lost across the leader change");
+    assert_eq!(client.renewal_streams(), 1, "one stream again, at the new leader");
+    for s in &sessions {
+        s.close().await.unwrap();
+    }
+    cell.shutdown().await;
+}
