@@ -39,45 +39,38 @@ pub(crate) struct Renewals {
     streams: Mutex<HashMap<ShardKey, Arc<Stream>>>,
 }
 
-/// One open KeepAlive stream.
+/// One open KeepAlive stream. The request side lives only here (and in calls sending
+/// on it): once the stream is retired and they are done, the request side ends, the cell
+/// ends the stream, and its reader stops.
 #[derive(Debug)]
 struct Stream {
     requests: mpsc::Sender<pb::KeepAliveRequest>,
-    waiting: Mutex<Waiting>,
+    waiting: Arc<Waiting>,
 }
 
 /// Renewals sent on a stream and not yet answered, in the order sent (the cell answers
 /// in it); once the stream ended, nothing more is sent on it.
 #[derive(Debug, Default)]
-struct Waiting {
+struct Waiting(Mutex<Queue>);
+
+#[derive(Debug, Default)]
+struct Queue {
     ended: bool,
     queue: VecDeque<(u64, oneshot::Sender<Answer>)>,
 }
 
-impl Stream {
-    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Sends a renewal, queued for its answer in the same critical section, so the
-    /// queue's order is the order on the wire. `false` if the stream ended or is full.
-    fn send(&self, request: pb::KeepAliveRequest, answer: oneshot::Sender<Answer>) -> bool {
-        let mut w = self.waiting();
-        let session = request.session_id;
-        if w.ended || self.requests.try_send(request).is_err() {
-            return false;
-        }
-        w.queue.push_back((session, answer));
-        true
+impl Waiting {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The stream ended: the oldest waiting renewal gets `error` (if any), the rest
     /// `UNAVAILABLE`.
     fn fail(&self, error: Option<Status>) {
         let mut waiting = {
-            let mut w = self.waiting();
-            w.ended = true;
-            std::mem::take(&mut w.queue)
+            let mut q = self.lock();
+            q.ended = true;
+            std::mem::take(&mut q.queue)
         };
         if let (Some(e), Some((_, first))) = (error, waiting.pop_front()) {
             let _ = first.send(Err(e));
@@ -85,6 +78,20 @@ impl Stream {
         for (_, w) in waiting {
             let _ = w.send(Err(Status::unavailable("the renewal stream ended before this renewal was answered")));
         }
+    }
+}
+
+impl Stream {
+    /// Sends a renewal, queued for its answer in the same critical section, so the
+    /// queue's order is the order on the wire. `false` if the stream ended or is full.
+    fn send(&self, request: pb::KeepAliveRequest, answer: oneshot::Sender<Answer>) -> bool {
+        let mut q = self.waiting.lock();
+        let session = request.session_id;
+        if q.ended || self.requests.try_send(request).is_err() {
+            return false;
+        }
+        q.queue.push_back((session, answer));
+        true
     }
 }
 
@@ -98,10 +105,11 @@ impl Renewals {
         self.streams.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Retires `stream` (if it is still the shard's): the next renewal opens another.
-    fn retire(&self, shard: &ShardKey, stream: &Arc<Stream>) {
+    /// Retires the stream whose queue is `waiting` (if it is still the shard's): the
+    /// next renewal opens another.
+    fn retire(&self, shard: &ShardKey, waiting: &Arc<Waiting>) {
         let mut streams = self.lock();
-        if streams.get(shard).is_some_and(|s| Arc::ptr_eq(s, stream)) {
+        if streams.get(shard).is_some_and(|s| Arc::ptr_eq(&s.waiting, waiting)) {
             streams.remove(shard);
         }
     }
@@ -123,7 +131,7 @@ impl Renewals {
         let stream = match open {
             Some(stream) => {
                 if !stream.send(request, tx) {
-                    self.retire(shard, &stream);
+                    self.retire(shard, &stream.waiting);
                     return Err(Status::unavailable("the renewal stream ended or is full"));
                 }
                 stream
@@ -139,14 +147,15 @@ impl Renewals {
                     Ok(Err(e)) => return Err(e),
                     Err(_) => return Err(Status::deadline_exceeded("opening the renewal stream timed out")),
                 };
-                let stream = Arc::new(Stream { requests, waiting: Mutex::new(Waiting { ended: false, queue: VecDeque::from([(session, tx)]) }) });
+                let waiting = Arc::new(Waiting(Mutex::new(Queue { ended: false, queue: VecDeque::from([(session, tx)]) })));
+                let stream = Arc::new(Stream { requests, waiting: waiting.clone() });
                 self.lock().insert(shard.clone(), stream.clone());
-                let (this, key, reader) = (Arc::downgrade(self), shard.clone(), stream.clone());
+                let (this, key, reader) = (Arc::downgrade(self), shard.clone(), waiting);
                 tokio::spawn(async move {
                     let error = loop {
                         match answers.message().await {
                             Ok(Some(answer)) => {
-                                let next = reader.waiting().queue.pop_front();
+                                let next = reader.lock().queue.pop_front();
                                 match next {
                                     Some((id, w)) if id == answer.session_id => {
                                         let _ = w.send(Ok(answer));
@@ -177,7 +186,7 @@ impl Renewals {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(Status::unavailable("the renewal stream ended before this renewal was answered")),
             Err(_) => {
-                self.retire(shard, &stream);
+                self.retire(shard, &stream.waiting);
                 Err(Status::deadline_exceeded("no answer on the renewal stream in time"))
             }
         }
