@@ -33,10 +33,14 @@ type Answer = Result<pb::KeepAliveResponse, Status>;
 /// microseconds, so this is only reached when it stopped answering.
 const MAX_IN_FLIGHT: usize = 1024;
 
-/// The open renewal streams of one client, by shard.
+/// The open renewal streams of one client, by shard and the epoch its sessions were
+/// created at. Sessions of an older epoch (left behind by a move) never share a stream
+/// with newer ones: a gateway routes a stream by its first message's epoch, and the
+/// shard's new owner answers such a session `NOT_OWNER` (moved) only when the renewal
+/// arrives with its own epoch; on a newer session's stream it would be an unknown id.
 #[derive(Debug, Default)]
 pub(crate) struct Renewals {
-    streams: Mutex<HashMap<ShardKey, Arc<Stream>>>,
+    streams: Mutex<HashMap<(ShardKey, u32), Arc<Stream>>>,
 }
 
 /// One open KeepAlive stream. The request side lives only here (and in calls sending
@@ -101,20 +105,20 @@ impl Renewals {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ShardKey, Arc<Stream>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ShardKey, u32), Arc<Stream>>> {
         self.streams.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Retires the stream whose queue is `waiting` (if it is still the shard's): the
     /// next renewal opens another.
-    fn retire(&self, shard: &ShardKey, waiting: &Arc<Waiting>) {
+    fn retire(&self, key: &(ShardKey, u32), waiting: &Arc<Waiting>) {
         let mut streams = self.lock();
-        if streams.get(shard).is_some_and(|s| Arc::ptr_eq(&s.waiting, waiting)) {
-            streams.remove(shard);
+        if streams.get(key).is_some_and(|s| Arc::ptr_eq(&s.waiting, waiting)) {
+            streams.remove(key);
         }
     }
 
-    /// Renews one session: on the shard's open stream, or on a new one opened at
+    /// Renews one session: on its shard's (and epoch's) open stream, or on a new one opened at
     /// `svc` (the node the wire edge chose for this attempt). Answers within `within`
     /// or fails, retiring the stream, so a stuck node costs one attempt, not all.
     pub(crate) async fn renew(
@@ -126,12 +130,13 @@ impl Renewals {
     ) -> Answer {
         let deadline = tokio::time::Instant::now() + within;
         let session = request.session_id;
+        let key = (shard.clone(), request.shard.as_ref().map_or(0, |s| s.epoch));
         let (tx, rx) = oneshot::channel();
-        let open = self.lock().get(shard).cloned();
+        let open = self.lock().get(&key).cloned();
         let stream = match open {
             Some(stream) => {
                 if !stream.send(request, tx) {
-                    self.retire(shard, &stream.waiting);
+                    self.retire(&key, &stream.waiting);
                     return Err(Status::unavailable("the renewal stream ended or is full"));
                 }
                 stream
@@ -149,8 +154,8 @@ impl Renewals {
                 };
                 let waiting = Arc::new(Waiting(Mutex::new(Queue { ended: false, queue: VecDeque::from([(session, tx)]) })));
                 let stream = Arc::new(Stream { requests, waiting: waiting.clone() });
-                self.lock().insert(shard.clone(), stream.clone());
-                let (this, key, reader) = (Arc::downgrade(self), shard.clone(), waiting);
+                self.lock().insert(key.clone(), stream.clone());
+                let (this, reader_key, reader) = (Arc::downgrade(self), key.clone(), waiting);
                 tokio::spawn(async move {
                     let error = loop {
                         match answers.message().await {
@@ -175,7 +180,7 @@ impl Renewals {
                         }
                     };
                     if let Some(this) = this.upgrade() {
-                        this.retire(&key, &reader);
+                        this.retire(&reader_key, &reader);
                     }
                     reader.fail(error);
                 });
@@ -186,7 +191,7 @@ impl Renewals {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(Status::unavailable("the renewal stream ended before this renewal was answered")),
             Err(_) => {
-                self.retire(shard, &stream.waiting);
+                self.retire(&key, &stream.waiting);
                 Err(Status::deadline_exceeded("no answer on the renewal stream in time"))
             }
         }

@@ -389,6 +389,13 @@ async fn an_sdk_session_recreates_itself_after_its_shard_moves() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    // A second keeper on the same client, renewing on the same stream as the first
+    // until the move: it must be told MOVED too, and carry on. (Had its old session's
+    // renewals joined the first's new session's stream, the new owner would answer it
+    // as an unknown session and the keeper would stop: the SDK keys its renewal streams
+    // by epoch. This run does not force that interleaving; it shows both carry on.)
+    let mut other = holdfast_client::SessionKeeper::start(client.clone(), opts.clone()).await.unwrap();
+    let other_first = other.current().unwrap();
     let first = keeper.current().unwrap();
     let lock = first.acquire("x", holdfast_client::AcquireOptions::new().wait(Duration::from_secs(5))).await.unwrap();
     let t1 = lock.token();
@@ -402,6 +409,9 @@ async fn an_sdk_session_recreates_itself_after_its_shard_moves() {
     assert_eq!(reason, holdfast_client::LossReason::Moved);
     let second = tokio::time::timeout(WAIT, keeper.changed()).await.expect("no new session").expect("the keeper stopped");
     assert_ne!(second.id(), first.id());
+    let other_second = tokio::time::timeout(WAIT, other.changed()).await.expect("no new session").expect("the second keeper stopped");
+    assert_ne!(other_second.id(), other_first.id());
+    assert_eq!(other_first.loss_reason(), Some(holdfast_client::LossReason::Moved));
 
     info!("--- the new session takes the lock at b, with a larger token");
     let again = second.acquire("x", holdfast_client::AcquireOptions::new().wait(Duration::from_secs(5))).await.unwrap();
