@@ -2,10 +2,11 @@
 //! nodes. On a playground (mutual TLS, one region), the cell's leader is SIGSTOPped for
 //! 6 s, longer than either session's TTL; a session renewed only over the gateway's HTTP API
 //! (`POST /v1/sessions/{id}/keepalive`, as any non-Rust client renews) and one renewed
-//! by the SDK's KeepAlive stream through the gateway both keep their locks. Before the
-//! fix of issue #13, the HTTP renewal stuck to a follower answering NOT_LEADER until
-//! the session expired; and the SDK's renewal through the gateway spent its whole
-//! deadline on the stopped leader, so the SDK declared its session lost.
+//! by the SDK's KeepAlive stream through the gateway both keep their locks, and no HTTP
+//! renewal waits on the stopped leader for more than half its budget. Before the fix
+//! of issue #13, the HTTP renewal stuck to a follower answering NOT_LEADER until the
+//! session expired; and a renewal through the gateway spent its whole deadline on the
+//! stopped leader, so the SDK declared its session lost.
 //!
 //! The SDK session's TTL is 6 s: the SDK renews every TTL/3 and gives up at 2/3 TTL,
 //! so it rides out a leader loss only if TTL/3 exceeds a failover (~1 s) plus one
@@ -56,13 +57,19 @@ async fn a_paused_cell_leader_costs_no_session_renewed_over_http_or_the_sdk_stre
     let renewer = {
         let (c, url, stop, ok, failed) = (c.clone(), format!("{gw}/v1/sessions/{h}/keepalive"), stop.clone(), ok.clone(), failed.clone());
         tokio::spawn(async move {
+            // The longest renewal: the gateway gives a stuck leader at most half of a
+            // renewal's budget (1.5 s of 3 s) before it asks another member.
+            let mut longest = Duration::ZERO;
             while !stop.load(Ordering::Relaxed) {
+                let sent = Instant::now();
                 match c.post(&url).json(&serde_json::json!({})).send().await {
                     Ok(r) if r.status().is_success() => ok.fetch_add(1, Ordering::Relaxed),
                     _ => failed.fetch_add(1, Ordering::Relaxed),
                 };
+                longest = longest.max(sent.elapsed());
                 tokio::time::sleep(Duration::from_millis(TTL_MS / 6)).await;
             }
+            longest
         })
     };
 
@@ -76,8 +83,13 @@ async fn a_paused_cell_leader_costs_no_session_renewed_over_http_or_the_sdk_stre
     assert!(paused.elapsed() >= Duration::from_millis(PAUSE_MS));
     tokio::time::sleep(Duration::from_millis(TTL_MS)).await;
     stop.store(true, Ordering::Relaxed);
-    renewer.await.unwrap();
-    eprintln!("HTTP renewals: {} answered, {} not", ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let longest = renewer.await.unwrap();
+    eprintln!("HTTP renewals: {} answered, {} not; the longest took {longest:?}", ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    // The SDK's renewals now ride a stream that stays open, so its session no longer
+    // shows how the gateway opens a renewal at a stuck leader; every HTTP renewal
+    // opens one. Spending the whole budget there (3 s, then the next member) instead of
+    // half (1.5 s) is the bug; 2.8 s leaves the right path room on a busy machine.
+    assert!(longest < Duration::from_millis(2_800), "an HTTP renewal took {longest:?}: the gateway spent more than half its budget on the stopped leader");
 
     // --- both sessions lived: their locks are held with the same tokens
     for (name, token) in [("paused-http", th), ("paused-sdk", ts)] {
