@@ -460,7 +460,8 @@ pub(crate) fn shard_ref(shard: &ShardKey) -> pb::ShardRef {
 }
 
 fn fresh_request_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    use holdfast_rpc::entropy::random_u64;
+    format!("{:016x}{:016x}", random_u64(), random_u64())
 }
 
 /// `lock_held_without_progress_seconds{ns}`: for each session of this process that

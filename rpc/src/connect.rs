@@ -3,6 +3,7 @@
 //! server's certificate against the cluster CA and the name dialled, and presenting this
 //! process's own.
 
+use crate::net::{BoxStream, SharedNetwork};
 use crate::tls::Security;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
@@ -13,11 +14,22 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-/// A connected stream, plain or TLS.
-#[derive(Debug)]
+/// A connected stream: plain or TLS over the OS's TCP, or another network's
+/// ([`crate::net`]).
 pub enum ClientIo {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Other(BoxStream),
+}
+
+impl std::fmt::Debug for ClientIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientIo::Plain(s) => f.debug_tuple("Plain").field(s).finish(),
+            ClientIo::Tls(s) => f.debug_tuple("Tls").field(s).finish(),
+            ClientIo::Other(_) => f.write_str("Other"),
+        }
+    }
 }
 
 macro_rules! delegate_io {
@@ -27,6 +39,7 @@ macro_rules! delegate_io {
                 match self.get_mut() {
                     $ty::Plain(s) => Pin::new(s).poll_read(cx, buf),
                     $ty::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+                    $ty::Other(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
                 }
             }
         }
@@ -36,6 +49,7 @@ macro_rules! delegate_io {
                 match self.get_mut() {
                     $ty::Plain(s) => Pin::new(s).poll_write(cx, buf),
                     $ty::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+                    $ty::Other(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
                 }
             }
 
@@ -43,6 +57,7 @@ macro_rules! delegate_io {
                 match self.get_mut() {
                     $ty::Plain(s) => Pin::new(s).poll_flush(cx),
                     $ty::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+                    $ty::Other(s) => Pin::new(s.as_mut()).poll_flush(cx),
                 }
             }
 
@@ -50,6 +65,7 @@ macro_rules! delegate_io {
                 match self.get_mut() {
                     $ty::Plain(s) => Pin::new(s).poll_shutdown(cx),
                     $ty::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+                    $ty::Other(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
                 }
             }
 
@@ -57,6 +73,7 @@ macro_rules! delegate_io {
                 match self.get_mut() {
                     $ty::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
                     $ty::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+                    $ty::Other(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
                 }
             }
 
@@ -64,6 +81,7 @@ macro_rules! delegate_io {
                 match self {
                     $ty::Plain(s) => s.is_write_vectored(),
                     $ty::Tls(s) => s.is_write_vectored(),
+                    $ty::Other(s) => s.is_write_vectored(),
                 }
             }
         }
@@ -73,8 +91,15 @@ macro_rules! delegate_io {
 delegate_io!(ClientIo);
 pub(crate) use delegate_io;
 
-/// Opens a connection to `host:port` the way `security` says.
-pub async fn connect(security: &Security, host: &str, port: u16) -> io::Result<ClientIo> {
+/// Opens a connection to `host:port` the way `security` says, over the OS's TCP or,
+/// when given, another network (plaintext only: [`crate::net`]).
+pub async fn connect(security: &Security, network: Option<&SharedNetwork>, host: &str, port: u16) -> io::Result<ClientIo> {
+    if let Some(net) = network {
+        return match security {
+            Security::Insecure => Ok(ClientIo::Other(net.connect(host, port).await?)),
+            Security::Tls(_) => Err(io::Error::new(io::ErrorKind::Unsupported, "TLS over a simulated network is not supported")),
+        };
+    }
     let tcp = TcpStream::connect((host.trim_start_matches('[').trim_end_matches(']'), port)).await?;
     tcp.set_nodelay(true)?;
     match security {
@@ -89,9 +114,10 @@ pub async fn connect(security: &Security, host: &str, port: u16) -> io::Result<C
 }
 
 /// The connector a tonic channel dials through.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Connector {
     pub(crate) security: Security,
+    pub(crate) network: Option<SharedNetwork>,
 }
 
 impl tower::Service<http::Uri> for Connector {
@@ -104,11 +130,11 @@ impl tower::Service<http::Uri> for Connector {
     }
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
-        let security = self.security.clone();
+        let (security, network) = (self.security.clone(), self.network.clone());
         Box::pin(async move {
             let host = uri.host().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{uri}: no host")))?.to_owned();
             let port = uri.port_u16().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{uri}: no port")))?;
-            Ok(TokioIo::new(connect(&security, &host, port).await?))
+            Ok(TokioIo::new(connect(&security, network.as_ref(), &host, port).await?))
         })
     }
 }

@@ -29,6 +29,8 @@ pub mod bearer;
 pub mod certs;
 pub mod connect;
 pub mod context;
+pub mod entropy;
+pub mod net;
 pub mod retry;
 pub mod serve;
 pub mod status;

@@ -1,7 +1,6 @@
 //! Retry policy: exponential backoff with full jitter (50 ms → 2 s), so a group that
 //! comes back is not hit by every caller at once.
 
-use rand::Rng;
 use std::time::Duration;
 
 /// How a caller retries retryable failures.
@@ -45,7 +44,7 @@ impl Backoff {
         let ceiling = self.ceiling();
         self.attempt = self.attempt.saturating_add(1);
         let ms = ceiling.as_millis() as u64;
-        Duration::from_millis(rand::rng().random_range(0..=ms))
+        Duration::from_millis(crate::entropy::up_to(ms))
     }
 
     pub fn reset(&mut self) {

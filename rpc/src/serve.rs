@@ -5,6 +5,7 @@
 //! handlers who called ([`Peer`], in the request extensions).
 
 use crate::connect::delegate_io;
+use crate::net::{Accept, BoxStream, Listener};
 use crate::tls::{Identity, Security};
 use futures_util::stream::{self, Stream, StreamExt};
 use std::io;
@@ -47,10 +48,21 @@ pub struct Peer {
 }
 
 /// The stream under one accepted connection.
-#[derive(Debug)]
 pub enum ServerIo {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// Another network's ([`crate::net`]), plaintext.
+    Other(BoxStream),
+}
+
+impl std::fmt::Debug for ServerIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerIo::Plain(s) => f.debug_tuple("Plain").field(s).finish(),
+            ServerIo::Tls(s) => f.debug_tuple("Tls").field(s).finish(),
+            ServerIo::Other(_) => f.write_str("Other"),
+        }
+    }
 }
 
 delegate_io!(ServerIo);
@@ -138,10 +150,37 @@ async fn accept_one(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     }
 }
 
+/// Another network's connections, as they are accepted (plaintext: [`crate::net`]).
+fn incoming_other(accept: Box<dyn Accept>) -> Incoming {
+    let s = stream::unfold(accept, |mut a| async move {
+        loop {
+            match a.accept().await {
+                Ok((io, addr)) => return Some((Ok(Conn { io: ServerIo::Other(io), peer: Peer { addr, identity: None, tls: false } }), a)),
+                Err(e) => {
+                    debug!(error = %e, "accept failed; pausing before the next accept");
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
+                }
+            }
+        }
+    });
+    Incoming { inner: Box::pin(s) }
+}
+
 /// The connections `listener` accepts, after their TLS handshake when `security` has
 /// certificates (a client certificate required if `client_cert_required`); never ends
 /// and never yields an error: a failed handshake is the peer's problem, logged.
-pub fn incoming(listener: TcpListener, security: &Security, client_cert_required: bool) -> Incoming {
+///
+/// Another network's listener ([`crate::net`]) serves plaintext only: with
+/// certificates it accepts nothing, and says so.
+pub fn incoming(listener: Listener, security: &Security, client_cert_required: bool) -> Incoming {
+    let listener = match (listener, security) {
+        (Listener::Tcp(l), _) => l,
+        (Listener::Other { accept, .. }, Security::Insecure) => return incoming_other(accept),
+        (Listener::Other { local, .. }, Security::Tls(_)) => {
+            tracing::error!(%local, "TLS over a simulated network is not supported; this listener accepts nothing");
+            return Incoming { inner: Box::pin(stream::pending()) };
+        }
+    };
     let material = match security {
         Security::Insecure => {
             let s = stream::unfold(listener, |l| async move {
@@ -225,7 +264,7 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Http
 
 pub(crate) async fn http(
     router: axum::Router,
-    listener: TcpListener,
+    listener: Listener,
     security: &Security,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {

@@ -9,6 +9,7 @@
 //! TLS; without, plaintext — which a server only does when told `--insecure`.
 
 use crate::connect::Connector;
+use crate::net::{Listener, SharedNetwork};
 use crate::serve::{self, GrpcRouter, GrpcServer};
 use crate::tls::{Identity, Security};
 use crate::trace::ServerSpans;
@@ -18,7 +19,6 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tonic::transport::{Channel, Endpoint};
 
 /// Transport settings. Every field has a default; a config file's `[transport]`
@@ -133,6 +133,9 @@ pub struct Transport {
 struct Inner {
     options: TransportOptions,
     security: Security,
+    /// `None`: the OS's TCP. Otherwise the network every channel dials and every
+    /// listener is expected to come from ([`crate::net`]).
+    network: Option<SharedNetwork>,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
@@ -144,7 +147,13 @@ impl fmt::Debug for Transport {
 
 impl Transport {
     pub fn new(options: TransportOptions, security: Security) -> Transport {
-        Transport { inner: Arc::new(Inner { options, security, channels: Mutex::new(HashMap::new()) }) }
+        Transport { inner: Arc::new(Inner { options, security, network: None, channels: Mutex::new(HashMap::new()) }) }
+    }
+
+    /// A plaintext transport over another network than the OS's (the simulation's,
+    /// [`crate::net`]): every channel dials through `network`.
+    pub fn over(options: TransportOptions, network: SharedNetwork) -> Transport {
+        Transport { inner: Arc::new(Inner { options, security: Security::Insecure, network: Some(network), channels: Mutex::new(HashMap::new()) }) }
     }
 
     /// Plaintext with default options: for tests, and servers run `--insecure`.
@@ -192,7 +201,7 @@ impl Transport {
     }
 
     fn connector(&self) -> Connector {
-        Connector { security: self.inner.security.clone() }
+        Connector { security: self.inner.security.clone(), network: self.inner.network.clone() }
     }
 
     /// The pooled channel to `addr`: connects on first use and reconnects by itself
@@ -220,7 +229,7 @@ impl Transport {
         let hp = host_port(addr)?;
         let (host, port) = hp.rsplit_once(':').expect("host_port checked it");
         let port: u16 = port.parse().expect("host_port checked it");
-        let work = crate::connect::connect(&self.inner.security, host, port);
+        let work = crate::connect::connect(&self.inner.security, self.inner.network.as_ref(), host, port);
         match tokio::time::timeout(Duration::from_millis(self.inner.options.connect_timeout_ms), work).await {
             Ok(Ok(io)) => Ok(io),
             Ok(Err(e)) => Err(ConnectError::Unreachable { addr: addr.to_owned(), why: e.to_string() }),
@@ -255,14 +264,24 @@ impl Transport {
     /// Serves `router` on `listener` until `shutdown` completes, then drains the
     /// calls in flight (the caller bounds that with its own deadline).
     /// With TLS, every caller must present a client certificate of the cluster's CA.
-    pub async fn serve_grpc(&self, router: GrpcRouter, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), tonic::transport::Error> {
-        router.serve_with_incoming_shutdown(serve::incoming(listener, &self.inner.security, true), shutdown).await
+    pub async fn serve_grpc(
+        &self,
+        router: GrpcRouter,
+        listener: impl Into<Listener>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), tonic::transport::Error> {
+        router.serve_with_incoming_shutdown(serve::incoming(listener.into(), &self.inner.security, true), shutdown).await
     }
 
     /// Serves an HTTP `router` on `listener` until `shutdown` completes. Handlers may
     /// extract `ConnectInfo<Peer>`.
-    pub async fn serve_http(&self, router: axum::Router, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        serve::http(router, listener, &self.inner.security, shutdown).await
+    pub async fn serve_http(
+        &self,
+        router: axum::Router,
+        listener: impl Into<Listener>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        serve::http(router, listener.into(), &self.inner.security, shutdown).await
     }
 }
 
