@@ -39,8 +39,10 @@ pub struct LogStore {
     db: Arc<Db>,
     /// Where each append's start and end are marked (`crate::stages`).
     stages: Arc<Stages>,
-    /// The node's flusher thread; it ends when the last clone is dropped.
-    flusher: mpsc::Sender<Flush>,
+    /// The node's flusher thread; it ends when the last clone is dropped. `None` on a
+    /// simulation's memory disk: there an append syncs inline, on the Raft core's task,
+    /// so that no thread outside the simulation decides when it is durable.
+    flusher: Option<mpsc::Sender<Flush>>,
 }
 
 /// How the flusher makes written entries durable: RocksDB's WAL sync (a test holds it).
@@ -110,6 +112,9 @@ fn index_of_key(k: &[u8]) -> io::Result<u64> {
 impl LogStore {
     /// A log store on a database opened with [`crate::rocks::open_db`].
     pub fn new(db: Arc<Db>) -> Self {
+        if db.inline_io() {
+            return LogStore { db, stages: Arc::default(), flusher: None };
+        }
         LogStore::syncing_by(db, Box::new(sync_wal))
     }
 
@@ -117,13 +122,14 @@ impl LogStore {
         let (flusher_tx, queue) = mpsc::channel();
         let synced_db = Arc::downgrade(&db);
         std::thread::Builder::new().name("raft-log-flusher".into()).spawn(move || flusher(synced_db, queue, sync)).expect("spawn the log flusher thread");
-        LogStore { db, stages: Arc::default(), flusher: flusher_tx }
+        LogStore { db, stages: Arc::default(), flusher: Some(flusher_tx) }
     }
 
     /// Waits until every append queued so far is synced and reported flushed.
     async fn drain(&self) -> io::Result<()> {
+        let Some(flusher) = &self.flusher else { return Ok(()) };
         let (done, passed) = tokio::sync::oneshot::channel();
-        self.flusher.send(Flush::Barrier(done)).map_err(|_| io::Error::other("the log flusher has stopped"))?;
+        flusher.send(Flush::Barrier(done)).map_err(|_| io::Error::other("the log flusher has stopped"))?;
         passed.await.map_err(|_| io::Error::other("the log flusher has stopped"))?
     }
 
@@ -234,8 +240,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             return Err(e);
         }
         debug!(last_index = ?indexes.last(), "entries written; syncing");
+        let Some(flusher) = &self.flusher else {
+            // A memory disk keeps every write, and has no WAL sync to call.
+            self.stages.appended(&indexes, written, Instant::now());
+            callback.io_completed(Ok(()));
+            return Ok(());
+        };
         let flush = Flush::Appended { callback, indexes, written, stages: self.stages.clone() };
-        if let Err(mpsc::SendError(Flush::Appended { callback, .. })) = self.flusher.send(flush) {
+        if let Err(mpsc::SendError(Flush::Appended { callback, .. })) = flusher.send(flush) {
             callback.io_completed(Err(io::Error::other("the log flusher has stopped")));
             return Err(io::Error::other("the log flusher has stopped"));
         }
@@ -294,7 +306,7 @@ mod tests {
     async fn an_append_is_reported_flushed_only_after_the_sync() {
         let dir = tempfile::tempdir().unwrap();
         let (gate, sync) = gated();
-        let mut log = LogStore::syncing_by(crate::rocks::open_db(dir.path()).unwrap(), sync);
+        let mut log = LogStore::syncing_by(crate::rocks::open_db(dir.path(), None).unwrap(), sync);
         let (tx, mut flushed) = <TypeConfig as openraft::type_config::TypeConfigExt>::oneshot();
         log.append([entry(1), entry(2)], IoFlushed::signal(tx)).await.unwrap();
         assert_eq!(log.try_get_log_entries(1..3).await.unwrap().len(), 2, "written entries are readable before the sync");

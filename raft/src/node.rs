@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use holdfast_rpc::net::Listener;
 use holdfast_rpc::{auth, Transport};
 use openraft::async_runtime::WatchReceiver;
 use openraft::network::{NetSnapshot, RaftNetworkFactory};
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
@@ -22,7 +22,7 @@ use crate::admin::RaftAdminService;
 use crate::error::{InitError, StartError, WriteError};
 use crate::log_store::LogStore;
 use crate::network::{GrpcNetworkFactory, NetworkOptions};
-use crate::rocks::open_db;
+use crate::rocks::{open_db, MemoryDisk};
 use crate::service::RaftGrpcService;
 use crate::sm_store::{ReplicatedState, StateHandle, StateMachineStore};
 use crate::types::{Config, Node, NodeId, Raft, RaftMetrics, Request, SnapshotData, SnapshotPolicy, TypeConfig, WaitError};
@@ -67,6 +67,9 @@ pub struct NodeConfig {
     pub network: NetworkOptions,
     /// How this node dials its peers and serves its Raft port.
     pub transport: Transport,
+    /// `Some`: RocksDB runs in this in-memory environment, under `data_dir` there (the
+    /// simulation's nodes; docs/simulation.md). `None`: on disk.
+    pub memory: Option<MemoryDisk>,
 }
 
 impl NodeConfig {
@@ -79,6 +82,7 @@ impl NodeConfig {
             timings: RaftTimings::default(),
             network: NetworkOptions::default(),
             transport: Transport::insecure(),
+            memory: None,
         }
     }
 
@@ -166,24 +170,25 @@ impl<S: ReplicatedState> fmt::Debug for RaftNode<S> {
 impl<S: ReplicatedState> RaftNode<S> {
     /// Starts a node on `listener` (bind it first; port 0 is fine) with the gRPC network.
     /// `initial` is the empty application state; a persisted snapshot replaces it.
-    pub async fn start(config: NodeConfig, listener: TcpListener, initial: S) -> Result<Self, StartError> {
+    pub async fn start(config: NodeConfig, listener: impl Into<Listener>, initial: S) -> Result<Self, StartError> {
         let network = GrpcNetworkFactory::new(config.node_id, config.network.clone(), config.transport.clone());
         Self::start_with_network(config, listener, initial, network).await
     }
 
     /// Like [`RaftNode::start`] with another network factory (the test fault router wraps
     /// the gRPC network this way).
-    pub async fn start_with_network<N>(config: NodeConfig, listener: TcpListener, initial: S, network: N) -> Result<Self, StartError>
+    pub async fn start_with_network<N>(config: NodeConfig, listener: impl Into<Listener>, initial: S, network: N) -> Result<Self, StartError>
     where
         N: RaftNetworkFactory<TypeConfig>,
         N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
     {
         let raft_config = config.raft_config()?;
+        let listener = listener.into();
         let raft_addr = listener.local_addr()?;
         let client_addr = if config.client_addr.is_empty() { raft_addr.to_string() } else { config.client_addr.clone() };
         let node = Node::new(raft_addr.to_string(), client_addr);
 
-        let db = open_db(&config.data_dir)?;
+        let db = open_db(&config.data_dir, config.memory.as_ref())?;
         let db_closed = db.closed();
         let sm = StateMachineStore::open(db.clone(), initial)?;
         let log_store = LogStore::new(db).marking(sm.stages());

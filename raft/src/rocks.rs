@@ -53,12 +53,30 @@ pub fn db_options() -> Options {
 #[derive(Debug)]
 pub struct Db {
     db: DB,
+    /// On a [`MemoryDisk`]: blocking I/O (syncs, snapshot writes) runs inline on the
+    /// calling task instead of on threads of its own.
+    inline_io: bool,
     // Declared after `db`: fields drop in order, so this marker goes only once RocksDB
     // has closed. `closed()` watches it.
     open: Arc<()>,
 }
 
 impl Db {
+    /// Does blocking I/O run inline ([`MemoryDisk`])?
+    pub fn inline_io(&self) -> bool {
+        self.inline_io
+    }
+
+    /// Runs blocking I/O `work` on the blocking thread pool — or inline on a
+    /// [`MemoryDisk`], where nothing may happen outside the simulation's one thread.
+    pub(crate) async fn blocking<T: Send + 'static>(self: &Arc<Self>, work: impl FnOnce(&Db) -> T + Send + 'static) -> io::Result<T> {
+        if self.inline_io {
+            return Ok(work(self));
+        }
+        let db = self.clone();
+        tokio::task::spawn_blocking(move || work(&db)).await.map_err(io::Error::other)
+    }
+
     /// Dead (no strong count) once the database has closed and released its directory.
     pub fn closed(&self) -> Weak<()> {
         Arc::downgrade(&self.open)
@@ -72,11 +90,39 @@ impl Deref for Db {
     }
 }
 
-/// Opens (or creates) the node's database under `dir`.
-pub fn open_db(dir: &Path) -> Result<Arc<Db>, rocksdb::Error> {
-    let opts = db_options();
-    let cfs = [CF_LOGS, CF_META, CF_SM].map(|name| ColumnFamilyDescriptor::new(name, db_options()));
-    Ok(Arc::new(Db { db: DB::open_cf_descriptors(&opts, dir, cfs)?, open: Arc::new(()) }))
+/// RocksDB's in-memory environment, for the deterministic simulation
+/// (docs/simulation.md): the real log and state-machine stores run on it, their files
+/// in memory. It lives as long as a clone of it, so a node the simulation crashes and
+/// restarts on the same `MemoryDisk` finds what it wrote. It keeps every write, synced
+/// or not (a power cut that loses unsynced writes is the crash tests' subject, on a
+/// real disk). Blocking I/O on it runs inline ([`Db::inline_io`]).
+#[derive(Clone)]
+pub struct MemoryDisk(rocksdb::Env);
+
+impl MemoryDisk {
+    pub fn new() -> Result<MemoryDisk, rocksdb::Error> {
+        Ok(MemoryDisk(rocksdb::Env::mem_env()?))
+    }
+}
+
+impl std::fmt::Debug for MemoryDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryDisk")
+    }
+}
+
+/// Opens (or creates) the node's database under `dir`: on the OS's disk, or in
+/// `memory`.
+pub fn open_db(dir: &Path, memory: Option<&MemoryDisk>) -> Result<Arc<Db>, rocksdb::Error> {
+    let with_env = |mut o: Options| {
+        if let Some(m) = memory {
+            o.set_env(&m.0);
+        }
+        o
+    };
+    let opts = with_env(db_options());
+    let cfs = [CF_LOGS, CF_META, CF_SM].map(|name| ColumnFamilyDescriptor::new(name, with_env(db_options())));
+    Ok(Arc::new(Db { db: DB::open_cf_descriptors(&opts, dir, cfs)?, inline_io: memory.is_some(), open: Arc::new(()) }))
 }
 
 /// Write options for everything that openraft is told is durable: synced to disk.

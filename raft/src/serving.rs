@@ -7,6 +7,7 @@ use crate::error::InitError;
 use crate::node::RaftNode;
 use crate::sm_store::ReplicatedState;
 use crate::types::{Fatal, Node, NodeId, Raft, RaftMetrics};
+use holdfast_rpc::net::Listener;
 use holdfast_rpc::{CancellationToken, GrpcRouter, Tasks, Transport};
 use openraft::async_runtime::WatchReceiver;
 use std::collections::BTreeMap;
@@ -93,7 +94,8 @@ impl<S: ReplicatedState> Serving<S> {
     /// logs. `deadline` bounds the whole shutdown.
     /// `tasks` are the node's (created before the services, which spawn per-call work
     /// into them).
-    pub fn new(node: RaftNode<S>, client: TcpListener, router: GrpcRouter, tasks: Tasks, deadline: Duration, what: &'static str) -> Serving<S> {
+    pub fn new(node: RaftNode<S>, client: impl Into<Listener>, router: GrpcRouter, tasks: Tasks, deadline: Duration, what: &'static str) -> Serving<S> {
+        let client: Listener = client.into();
         let client_addr = client.local_addr().expect("a bound listener has an address");
         let transport = node.transport().clone();
         let stop = tasks.stop_token();

@@ -232,12 +232,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let db = self.db.clone();
         let guard = self.snapshot_write.clone();
         // fsync off the async threads.
-        let stored = tokio::task::spawn_blocking(move || {
-            let written = persist_snapshot(&db, &guard, &stored)?;
-            Ok::<_, io::Error>((stored, written))
-        })
-        .await
-        .map_err(io::Error::other)??;
+        let stored = db
+            .blocking(move |db| {
+                let written = persist_snapshot(db, &guard, &stored)?;
+                Ok::<_, io::Error>((stored, written))
+            })
+            .await??;
         let (stored, written) = stored;
         info!(last_log_id = ?stored.meta.last_log_id, bytes = stored.data.len(), written, "snapshot built");
         Ok(Snapshot { meta: stored.meta, snapshot: stored.data })
@@ -301,7 +301,7 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
         // is what openraft now believes (it purges the logs it covers).
         let db = self.db.clone();
         let guard = self.snapshot_write.clone();
-        let stored = tokio::task::spawn_blocking(move || persist_snapshot(&db, &guard, &stored).map(|_| stored)).await.map_err(io::Error::other)??;
+        let stored = db.blocking(move |db| persist_snapshot(db, &guard, &stored).map(|_| stored)).await??;
         self.write_lock().restore(&stored.data)?;
         self.last_applied = meta.last_log_id;
         self.last_membership = meta.last_membership.clone();
@@ -312,7 +312,7 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachineStore<S> {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         let db = self.db.clone();
-        let stored = tokio::task::spawn_blocking(move || read_snapshot(&db)).await.map_err(io::Error::other)??;
+        let stored = db.blocking(|db| read_snapshot(db)).await??;
         Ok(stored.map(|s| Snapshot { meta: s.meta, snapshot: s.data }))
     }
 }

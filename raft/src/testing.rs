@@ -242,7 +242,7 @@ impl<S: crate::sm_store::ReplicatedState> crate::node::RaftNode<S> {
     /// Starts a node whose outgoing Raft RPCs pass through `faults` (tests only).
     pub async fn start_with_faults(
         config: crate::node::NodeConfig,
-        listener: tokio::net::TcpListener,
+        listener: impl Into<holdfast_rpc::net::Listener>,
         initial: S,
         faults: Arc<Faults>,
     ) -> Result<Self, crate::error::StartError> {

@@ -57,12 +57,13 @@ impl fmt::Display for Node {
 
 openraft::declare_raft_types!(
     /// holdfast's Raft types: opaque byte commands and responses, `u64` node ids, nodes with
-    /// a Raft and a client address, tokio.
+    /// a Raft and a client address, tokio with holdfast's randomness ([`crate::runtime`]).
     pub TypeConfig:
         D = Request,
         R = Response,
         NodeId = NodeId,
         Node = Node,
+        AsyncRuntime = crate::runtime::Runtime,
 );
 
 /// The data of a snapshot as it travels and is stored: the application's serialized state.

@@ -12,7 +12,7 @@ struct RocksBuilder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore<AppendLog>, TempDir> for RocksBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore<AppendLog>), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db = open_db(dir.path()).expect("open db");
+        let db = open_db(dir.path(), None).expect("open db");
         let sm = StateMachineStore::open(db.clone(), AppendLog::default()).expect("open sm");
         Ok((dir, LogStore::new(db), sm))
     }
@@ -21,6 +21,25 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore<AppendLog>, TempDir> f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rocksdb_stores_pass_openraft_storage_suite() {
     Suite::test_all(RocksBuilder).await.expect("storage suite");
+}
+
+/// The same stores on RocksDB's in-memory environment, as the simulation runs them:
+/// appends synced inline and snapshots written inline instead of on threads.
+struct MemoryBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore<AppendLog>, ()> for MemoryBuilder {
+    async fn build(&self) -> Result<((), LogStore, StateMachineStore<AppendLog>), StorageError<TypeConfig>> {
+        let disk = holdfast_raft::rocks::MemoryDisk::new().expect("memory env");
+        let db = open_db(std::path::Path::new("/sim/node"), Some(&disk)).expect("open db");
+        assert!(db.inline_io());
+        let sm = StateMachineStore::open(db.clone(), AppendLog::default()).expect("open sm");
+        Ok(((), LogStore::new(db), sm))
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_stores_on_a_memory_disk_pass_openraft_storage_suite() {
+    Suite::test_all(MemoryBuilder).await.expect("storage suite");
 }
 
 /// The state machine half across a reopen: a snapshot persisted by one incarnation is what
@@ -33,7 +52,7 @@ async fn snapshot_survives_reopen() {
     let dir = tempfile::tempdir().expect("temp dir");
     let lid = |i| LogId::new(LeaderId { term: 1, node_id: 1 }, i);
     {
-        let db = open_db(dir.path()).expect("open");
+        let db = open_db(dir.path(), None).expect("open");
         let mut sm = StateMachineStore::open(db, AppendLog::default()).expect("sm");
         let entries: Vec<Result<holdfast_raft::types::EntryResponder, std::io::Error>> = (1..=3u64)
             .map(|i| Ok((Entry { log_id: lid(i), payload: EntryPayload::Normal(holdfast_raft::Request::new(AppendLog::command(i * 10))) }, None)))
@@ -42,7 +61,7 @@ async fn snapshot_survives_reopen() {
         let snap = sm.get_snapshot_builder().await.build_snapshot().await.expect("build");
         assert_eq!(snap.meta.last_log_id, Some(lid(3)));
     }
-    let db = open_db(dir.path()).expect("reopen");
+    let db = open_db(dir.path(), None).expect("reopen");
     let mut sm = StateMachineStore::open(db, AppendLog::default()).expect("sm");
     let (applied, _) = sm.applied_state().await.expect("applied state");
     assert_eq!(applied, Some(lid(3)));
@@ -98,7 +117,7 @@ async fn an_unreadable_committed_entry_stops_the_node() {
 fn a_database_closed_on_another_thread_can_be_opened_again_at_once() {
     let dir = tempfile::tempdir().expect("temp dir");
     for round in 0..200 {
-        let db = open_db(dir.path()).expect("open");
+        let db = open_db(dir.path(), None).expect("open");
         db.put(b"k", round.to_string()).expect("put");
         let closed = db.closed();
         let (go, wait) = std::sync::mpsc::channel::<()>();
@@ -112,7 +131,7 @@ fn a_database_closed_on_another_thread_can_be_opened_again_at_once() {
         while closed.strong_count() > 0 {
             std::thread::yield_now();
         }
-        open_db(dir.path()).unwrap_or_else(|e| panic!("round {round}: reopen right after close: {e}"));
+        open_db(dir.path(), None).unwrap_or_else(|e| panic!("round {round}: reopen right after close: {e}"));
         t.join().expect("thread");
     }
 }

@@ -14,7 +14,7 @@ pub use holdfast_raft::{wall_clock_ms, Leader};
 use holdfast_rpc::status::status;
 use holdfast_rpc::{Budget, CallContext, Tasks, Upstream};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use tokio::time::Instant;
 use tonic::Status;
 
 /// The shared core of a cell server.

@@ -24,7 +24,8 @@
 use holdfast_cell_state::{Applied, CellState, Command, EventKind};
 use holdfast_core::{FencingToken, LockName, NamespaceName, RequestId, SessionId, ShardKey};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// How long a timer's command may be in flight before the clock proposes it again.
 const REPROPOSE_AFTER: Duration = Duration::from_millis(500);

@@ -16,7 +16,8 @@ use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_rpc::{Budget, CancellationToken, Hints, Transport, Upstream};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 /// Retry pace while the registry does not answer.

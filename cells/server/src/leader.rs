@@ -8,7 +8,8 @@ use crate::clock::LeaseClock;
 use holdfast_cell_state::Command;
 use holdfast_rpc::CancellationToken;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 /// The loop wakes at least this often to notice a lost leadership.

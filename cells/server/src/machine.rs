@@ -13,8 +13,8 @@ use holdfast_raft::ReplicatedState;
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 use tokio::sync::{broadcast, oneshot};
+use tokio::time::Instant;
 
 /// A wake-up armed for one call; dropping it removes the wake-up from the table
 /// (unless another call for the same request still waits on its own).

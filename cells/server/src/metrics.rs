@@ -11,7 +11,8 @@ use holdfast_core::NamespaceName;
 use holdfast_rpc::CancellationToken;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tonic::Status;
 
 const REFRESH: Duration = Duration::from_secs(1);

@@ -15,7 +15,8 @@
 use holdfast_cell_state::{CellState, Command, ShardView};
 use holdfast_core::{Epoch, ErrorCode, LockName, NamespaceConfig, Seq, ShardKey};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// One shard as a renewal answer lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,8 @@ use crate::machine::{CellMachine, Hooks};
 use crate::service::LockApi;
 use holdfast_proto::admin::v1::cell_admin_server::CellAdminServer;
 use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
-use holdfast_raft::{Group, NodeConfig, RaftNode, Serving, StartError};
+use holdfast_raft::{Group, MemoryDisk, NodeConfig, RaftNode, Serving, StartError};
+use holdfast_rpc::net::Listener;
 use holdfast_rpc::{auth, bounded, Hints, Tasks, Transport, Upstream};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,9 +46,22 @@ impl CellServer {
     pub async fn start_on(cfg: &CellConfig, raft: TcpListener, client: TcpListener) -> Result<CellServer, StartError> {
         let hooks = Hooks::new();
         let metrics = holdfast_raft::bind_optional(cfg.metrics_addr.as_deref()).await?;
-        let node_cfg = Self::node_config(cfg, &client)?;
+        let node_cfg = Self::node_config(cfg, client.local_addr()?)?;
         let node = RaftNode::start(node_cfg, raft, Self::machine(cfg, &hooks)).await?;
-        Ok(Self::serve(cfg, node, hooks, client, metrics))
+        Ok(Self::serve(cfg, node, hooks, client.into(), metrics))
+    }
+
+    /// Starts a node of the deterministic simulation (docs/simulation.md): its
+    /// listeners and `transport` are of the simulated network, its RocksDB runs in
+    /// `disk`, and it serves no metrics port. Everything else is what
+    /// [`CellServer::start_on`] starts.
+    pub async fn start_simulated(cfg: &CellConfig, raft: Listener, client: Listener, transport: Transport, disk: MemoryDisk) -> Result<CellServer, StartError> {
+        let hooks = Hooks::new();
+        let mut node_cfg = Self::node_config(cfg, client.local_addr()?)?;
+        node_cfg.transport = transport;
+        node_cfg.memory = Some(disk);
+        let node = RaftNode::start(node_cfg, raft, Self::machine(cfg, &hooks)).await?;
+        Ok(Self::serve(cfg, node, hooks, client, None))
     }
 
     /// Like [`CellServer::start_on`], with the fault router between this node and its
@@ -61,9 +75,9 @@ impl CellServer {
     ) -> Result<CellServer, StartError> {
         let hooks = Hooks::new();
         let metrics = holdfast_raft::bind_optional(cfg.metrics_addr.as_deref()).await?;
-        let node_cfg = Self::node_config(cfg, &client)?;
+        let node_cfg = Self::node_config(cfg, client.local_addr()?)?;
         let node = RaftNode::start_with_faults(node_cfg, raft, Self::machine(cfg, &hooks), faults).await?;
-        Ok(Self::serve(cfg, node, hooks, client, metrics))
+        Ok(Self::serve(cfg, node, hooks, client.into(), metrics))
     }
 
     fn machine(cfg: &CellConfig, hooks: &Arc<Hooks>) -> CellMachine {
@@ -76,8 +90,7 @@ impl CellServer {
         CellMachine::new(hooks.clone())
     }
 
-    fn node_config(cfg: &CellConfig, client: &TcpListener) -> Result<NodeConfig, StartError> {
-        let client_addr = client.local_addr()?;
+    fn node_config(cfg: &CellConfig, client_addr: std::net::SocketAddr) -> Result<NodeConfig, StartError> {
         let mut node_cfg = NodeConfig::new(cfg.node_id, format!("cell-{}", cfg.cell), &cfg.data_dir);
         node_cfg.client_addr = cfg.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string());
         node_cfg.timings = cfg.timings();
@@ -85,7 +98,7 @@ impl CellServer {
         Ok(node_cfg)
     }
 
-    fn serve(cfg: &CellConfig, node: RaftNode<CellMachine>, hooks: Arc<Hooks>, client: TcpListener, metrics: Option<TcpListener>) -> CellServer {
+    fn serve(cfg: &CellConfig, node: RaftNode<CellMachine>, hooks: Arc<Hooks>, client: Listener, metrics: Option<TcpListener>) -> CellServer {
         holdfast_telemetry::install();
         let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "this cell");
         let registry = cfg.registry();

@@ -14,8 +14,9 @@ use holdfast_rpc::status::status;
 use holdfast_rpc::CallContext;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
@@ -131,7 +132,7 @@ impl LockService for LockApi {
         let leader = self.cell.assume_leader()?;
         self.cell.may_grant(&shard)?;
         for _ in 0..5 {
-            let session = SessionId(rand::random::<u64>().max(1));
+            let session = SessionId(holdfast_rpc::entropy::random_u64().max(1));
             let (key, ttl_ms, label) = (shard.clone(), r.ttl_ms, r.client_label.clone());
             let cmd = match owner.clone() {
                 Some(owner) => Command::CreateOwnedSession { shard: key, session, ttl_ms, label, owner },
