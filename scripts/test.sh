@@ -41,6 +41,9 @@ cargo fmt --all --check
 # C++ need not be compiled for it: pointing ROCKSDB_LIB_DIR anywhere makes
 # librocksdb-sys's build script skip the 15-minute compile on a fresh machine.
 ROCKSDB_LIB_DIR=/nonexistent-check-only cargo clippy --locked --workspace --all-targets -- -D warnings
+# The simulation is a workspace of its own (drills/sim/Cargo.toml says why).
+cargo fmt --manifest-path drills/sim/Cargo.toml --check
+ROCKSDB_LIB_DIR=/nonexistent-check-only cargo clippy --locked --manifest-path drills/sim/Cargo.toml --all-targets -- -D warnings
 
 # terraform/: formatted, the modules applied offline, the Kubernetes objects checked.
 scripts/terraform-check.sh
@@ -49,4 +52,7 @@ scripts/terraform-check.sh
 scripts/check-observability.sh
 
 cargo test --workspace --locked -- --test-threads=2
+# The deterministic simulation's fixed seeds (docs/simulation.md; thousands of seeds:
+# scripts/simulate.sh).
+cargo test --locked --manifest-path drills/sim/Cargo.toml -- --test-threads=2
 scripts/check-safety-tests.sh

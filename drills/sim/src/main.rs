@@ -1,0 +1,104 @@
+//! `holdfast-sim --seeds N [--from S] | --seed S [--history FILE] [--no-faults]
+//! [--plant BUG]`: runs seeds of the simulation (docs/simulation.md) and reports each
+//! one the checker flags, with the command that replays it. Exit status 1 if any seed
+//! fails. With `--plant`, every node runs that planted bug (debug builds) and the run
+//! stops at the first seed that finds it, saying how many seeds it took.
+
+use holdfast_sim::{run, Options};
+use std::time::Instant;
+
+/// Log lines stamped with simulated time (ms), which a replay repeats.
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(d) => write!(w, "{:>8.3}s", d.as_secs_f64()),
+            None => write!(w, "{:>9}", "-"),
+        }
+    }
+}
+
+fn usage() -> ! {
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--no-faults] [--plant BUG]");
+    std::process::exit(2)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mut seeds, mut from, mut one, mut history, mut faults, mut plant) = (None, 0u64, None, None, true, None);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut num = || it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or_else(|| usage());
+        match a.as_str() {
+            "--seeds" => seeds = Some(num()),
+            "--from" => from = num(),
+            "--seed" => one = Some(num()),
+            "--history" => history = Some(it.next().cloned().unwrap_or_else(|| usage())),
+            "--no-faults" => faults = false,
+            "--plant" => plant = Some(it.next().cloned().unwrap_or_else(|| usage())),
+            _ => usage(),
+        }
+    }
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_timer(SimTime).with_writer(std::io::stderr).init();
+    }
+    let list: Vec<u64> = match (seeds, one) {
+        (Some(n), None) => (from..from + n).collect(),
+        (None, Some(s)) => vec![s],
+        _ => usage(),
+    };
+    let started = Instant::now();
+    let (mut failed, mut simulated, mut grants) = (Vec::new(), 0u128, 0usize);
+    for (i, &seed) in list.iter().enumerate() {
+        let opts = Options { faults, plant: plant.clone(), ..Options::new(seed) };
+        match run(&opts) {
+            Ok(o) => {
+                simulated += o.simulated.as_millis();
+                grants += o.grants;
+                if let Some(path) = &history {
+                    std::fs::write(path, o.history.to_jsonl()).unwrap_or_else(|e| eprintln!("{path}: {e}"));
+                }
+                if !o.is_clean() || o.grants == 0 {
+                    eprintln!("seed {seed}: FAILED ({} grants)", o.grants);
+                    for v in o.report.violations.iter().take(5) {
+                        eprintln!("  {:?}: {}", v.kind, v.summary);
+                    }
+                    if o.report.violations.len() > 5 {
+                        eprintln!("  ... {} violations in all (--history keeps the run)", o.report.violations.len());
+                    }
+                    failed.push(seed);
+                    if plant.is_some() {
+                        println!("planted bug {} found by seed {seed}: {} seeds run", plant.as_deref().unwrap_or(""), i + 1);
+                        return;
+                    }
+                } else if list.len() == 1 {
+                    println!("seed {seed}: clean, {} grants, {:.1} s simulated", o.grants, o.simulated.as_secs_f64());
+                }
+            }
+            Err(e) => {
+                eprintln!("seed {seed}: the run failed: {e}");
+                failed.push(seed);
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{} seeds, {} failed, {grants} grants checked, {:.0} s simulated in {secs:.1} s ({:.2} seeds/s)",
+        list.len(),
+        failed.len(),
+        simulated as f64 / 1000.0,
+        list.len() as f64 / secs
+    );
+    let flags = format!("{}{}", if faults { "" } else { " --no-faults" }, plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default());
+    for s in &failed {
+        println!("replay: scripts/simulate.sh --seed {s}{flags}");
+    }
+    if let Some(p) = &plant {
+        println!("planted bug {p} NOT found in {} seeds", list.len());
+        std::process::exit(1);
+    }
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}
