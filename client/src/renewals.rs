@@ -20,7 +20,7 @@ use holdfast_core::ShardKey;
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_rpc::Channel;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -40,7 +40,8 @@ const MAX_IN_FLIGHT: usize = 1024;
 /// arrives with its own epoch; on a newer session's stream it would be an unknown id.
 #[derive(Debug, Default)]
 pub(crate) struct Renewals {
-    streams: Mutex<HashMap<(ShardKey, u32), Arc<Stream>>>,
+    /// Ordered: streams end in one order when the client drops (docs/simulation.md).
+    streams: Mutex<BTreeMap<(ShardKey, u32), Arc<Stream>>>,
 }
 
 /// One open KeepAlive stream. The request side lives only here (and in calls sending
@@ -105,7 +106,7 @@ impl Renewals {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ShardKey, u32), Arc<Stream>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(ShardKey, u32), Arc<Stream>>> {
         self.streams.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

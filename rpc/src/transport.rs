@@ -14,7 +14,7 @@ use crate::serve::{self, GrpcRouter, GrpcServer};
 use crate::tls::{Identity, Security};
 use crate::trace::ServerSpans;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -136,7 +136,9 @@ struct Inner {
     /// `None`: the OS's TCP. Otherwise the network every channel dials and every
     /// listener is expected to come from ([`crate::net`]).
     network: Option<SharedNetwork>,
-    channels: Mutex<HashMap<String, Channel>>,
+    /// Ordered, so the connections close in one order when the transport drops (a
+    /// simulation replays it; docs/simulation.md).
+    channels: Mutex<BTreeMap<String, Channel>>,
 }
 
 impl fmt::Debug for Transport {
@@ -147,13 +149,13 @@ impl fmt::Debug for Transport {
 
 impl Transport {
     pub fn new(options: TransportOptions, security: Security) -> Transport {
-        Transport { inner: Arc::new(Inner { options, security, network: None, channels: Mutex::new(HashMap::new()) }) }
+        Transport { inner: Arc::new(Inner { options, security, network: None, channels: Mutex::new(BTreeMap::new()) }) }
     }
 
     /// A plaintext transport over another network than the OS's (the simulation's,
     /// [`crate::net`]): every channel dials through `network`.
     pub fn over(options: TransportOptions, network: SharedNetwork) -> Transport {
-        Transport { inner: Arc::new(Inner { options, security: Security::Insecure, network: Some(network), channels: Mutex::new(HashMap::new()) }) }
+        Transport { inner: Arc::new(Inner { options, security: Security::Insecure, network: Some(network), channels: Mutex::new(BTreeMap::new()) }) }
     }
 
     /// Plaintext with default options: for tests, and servers run `--insecure`.

@@ -23,7 +23,7 @@
 
 use holdfast_cell_state::{Applied, CellState, Command, EventKind};
 use holdfast_core::{FencingToken, LockName, NamespaceName, RequestId, SessionId, ShardKey};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -59,18 +59,20 @@ pub enum Renewal {
     Unknown,
 }
 
-/// The leader's timers.
+/// The leader's timers. Ordered maps: timers due at the same instant are proposed in
+/// key order, so one history replays the same way (docs/simulation.md) — a hash map's
+/// order differs from one process to the next.
 #[derive(Debug)]
 pub struct LeaseClock {
     checkpoint_interval: Duration,
     last_checkpoint: Instant,
-    sessions: HashMap<SessionId, SessionTimer>,
+    sessions: BTreeMap<SessionId, SessionTimer>,
     /// Max-hold deadlines.
-    holds: HashMap<(ShardKey, LockName, FencingToken), Instant>,
+    holds: BTreeMap<(ShardKey, LockName, FencingToken), Instant>,
     /// Lock-delay deadlines.
-    delays: HashMap<(ShardKey, LockName), Instant>,
+    delays: BTreeMap<(ShardKey, LockName), Instant>,
     /// Wait deadlines of queued acquires.
-    waits: HashMap<(SessionId, RequestId), Instant>,
+    waits: BTreeMap<(SessionId, RequestId), Instant>,
 }
 
 impl LeaseClock {
@@ -81,10 +83,10 @@ impl LeaseClock {
         let mut clock = LeaseClock {
             checkpoint_interval,
             last_checkpoint: now,
-            sessions: HashMap::new(),
-            holds: HashMap::new(),
-            delays: HashMap::new(),
-            waits: HashMap::new(),
+            sessions: BTreeMap::new(),
+            holds: BTreeMap::new(),
+            delays: BTreeMap::new(),
+            waits: BTreeMap::new(),
         };
         for (id, ttl_ms, checkpoint_ms) in state.session_countdowns() {
             let ttl = Duration::from_millis(ttl_ms);

@@ -10,7 +10,7 @@ use crate::clock::{CheckpointArrivals, LeaseClock};
 use holdfast_cell_state::{CellState, DequeueReason, Entry, Event, EventKind};
 use holdfast_core::{FencingToken, RequestId, SessionId};
 use holdfast_raft::ReplicatedState;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, oneshot};
@@ -58,14 +58,15 @@ pub struct Hooks {
     /// so whichever is elected next can resume countdowns from there). Locked after
     /// `clock` when both are taken.
     pub arrivals: Mutex<CheckpointArrivals>,
-    waiters: Mutex<HashMap<WaiterKey, Vec<oneshot::Sender<WaitResult>>>>,
+    /// Ordered: waiters are woken in one order when a node stops (docs/simulation.md).
+    waiters: Mutex<BTreeMap<WaiterKey, Vec<oneshot::Sender<WaitResult>>>>,
     events: broadcast::Sender<Event>,
 }
 
 impl Hooks {
     pub fn new() -> Arc<Hooks> {
         let (events, _) = broadcast::channel(4096);
-        Arc::new(Hooks { clock: Mutex::new(None), arrivals: Mutex::new(CheckpointArrivals::default()), waiters: Mutex::new(HashMap::new()), events })
+        Arc::new(Hooks { clock: Mutex::new(None), arrivals: Mutex::new(CheckpointArrivals::default()), waiters: Mutex::new(BTreeMap::new()), events })
     }
 
     /// [`Hooks::arm`], with the wake-up dropped from the table however the call ends:
