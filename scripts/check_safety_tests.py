@@ -4,6 +4,10 @@ scratch copy of the repo, and the named tests must go red on it. A mutant that
 survives (tests stay green) fails this script.
 
 Run from the repo root (scripts/check-safety-tests.sh does). Uses CARGO_TARGET_DIR.
+
+`--simulate N [names]`: instead of the named tests, the deterministic simulation
+(docs/simulation.md) runs against each mutant of the code it simulates, seed after seed
+up to N, and reports the seed that found it (or that none did). Not part of CI.
 """
 import os
 import shutil
@@ -118,9 +122,68 @@ MUTANTS = [
 ]
 
 
+# The code the simulation runs (drills/sim): the cell and its Raft substrate. Its
+# cell has no registry, so the ownership rules are not simulated yet.
+SIMULATED = ("cells/state/", "cells/server/src/clock.rs", "cells/server/src/cell.rs", "cells/server/src/machine.rs",
+             "cells/server/src/service.rs", "raft/src/")
+
+
+def mutant_copy(repo: str, tmp: str, path: str, old: str, new: str) -> str:
+    """A scratch copy of the repo with one mutation, its touched files made newer than
+    any earlier build."""
+    dst = os.path.join(tmp, "repo")
+    shutil.copytree(repo, dst, ignore=shutil.ignore_patterns(".git", "target"))
+    f = os.path.join(dst, path)
+    src = open(f).read()
+    if src.count(old) != 1:
+        raise SystemExit(f"the guarded text is gone from {path}; update this script")
+    open(f, "w").write(src.replace(old, new))
+    # The copy keeps the files' times, and cargo judges freshness by them: a file an
+    # earlier mutant changed would look older than that mutant's build, and its broken
+    # artifact would be reused here. Every file any mutant touches is therefore made
+    # newer than every earlier build.
+    for p in {m[1] for m in MUTANTS}:
+        os.utime(os.path.join(dst, p))
+    return dst
+
+
+def mutants_env(repo: str) -> dict:
+    # A target dir of their own: cargo names a workspace member's artifacts by its path
+    # inside the workspace, so a mutant built in the shared dir would be taken for fresh
+    # by the next ordinary build.
+    target = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target")), "mutants")
+    return dict(os.environ, CARGO_TARGET_DIR=target, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
+
+
+def simulate(repo: str, seeds: int, only: list) -> int:
+    env = mutants_env(repo)
+    rows = []
+    for name, path, old, new, _ in MUTANTS:
+        if not path.startswith(SIMULATED) or (only and not any(o in name for o in only)):
+            continue
+        with tempfile.TemporaryDirectory(prefix="holdfast-mutant-") as tmp:
+            dst = mutant_copy(repo, tmp, path, old, new)
+            b = subprocess.run(["cargo", "build", "-q", "--locked", "--manifest-path", "drills/sim/Cargo.toml"], cwd=dst, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if b.returncode != 0:
+                print(b.stdout[-3000:])
+                print(f"mutant '{name}' does not build in the simulation", flush=True)
+                return 2
+            sim = os.path.join(env["CARGO_TARGET_DIR"], "debug", "holdfast-sim")
+            r = subprocess.run([sim, "--seeds", str(seeds), "--until-found"], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            found = [l for l in r.stdout.splitlines() if l.startswith("found by")]
+            row = f"found     {name}: {found[0]}" if r.returncode == 0 and found else f"not found {name}: no seed of {seeds} failed"
+            rows.append(row)
+            print(row, flush=True)
+    print(f"{sum(r.startswith('found ') for r in rows)} of {len(rows)} simulated mutants found within {seeds} seeds")
+    return 0
+
+
 def main() -> int:
     repo = os.getcwd()
     only = sys.argv[1:]
+    if only[:1] == ["--simulate"]:
+        return simulate(repo, int(only[1]), only[2:])
     survivors = []
     # Every guarded text first, in a second: a mutant whose text moved fails the run
     # before any build.
@@ -132,25 +195,8 @@ def main() -> int:
         if only and not any(o in name for o in only):
             continue
         with tempfile.TemporaryDirectory(prefix="holdfast-mutant-") as tmp:
-            dst = os.path.join(tmp, "repo")
-            shutil.copytree(repo, dst, ignore=shutil.ignore_patterns(".git", "target"))
-            f = os.path.join(dst, path)
-            src = open(f).read()
-            if src.count(old) != 1:
-                print(f"mutant '{name}': the guarded text is gone from {path}; update this script", flush=True)
-                return 2
-            open(f, "w").write(src.replace(old, new))
-            # The copy keeps the files' times, and cargo judges freshness by them: a file
-            # an earlier mutant changed would look older than that mutant's build, and
-            # its broken artifact would be reused here. Every file any mutant touches is
-            # therefore made newer than every earlier build.
-            for p in {m[1] for m in MUTANTS}:
-                os.utime(os.path.join(dst, p))
-            # A target dir of their own: cargo names a workspace member's artifacts by
-            # its path inside the workspace, so a mutant built in the shared dir would
-            # be taken for fresh by the next ordinary build.
-            target = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target")), "mutants")
-            env = dict(os.environ, CARGO_TARGET_DIR=target, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
+            dst = mutant_copy(repo, tmp, path, old, new)
+            env = mutants_env(repo)
             r = subprocess.run(["cargo", "test", "-q", *args], cwd=dst, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if r.returncode == 0:

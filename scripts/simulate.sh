@@ -8,10 +8,20 @@
 #   scripts/simulate.sh --seeds 500 --from 7000
 #   scripts/simulate.sh --seed 4711 --history /tmp/h.jsonl   # replay one, keep its history
 #   RUST_LOG=info scripts/simulate.sh --seed 4711            # ... with the servers' logs
+#   scripts/simulate.sh --seeds 20 --plant token-reuse       # a planted bug (debug build)
+#   scripts/simulate.sh --mutants 50                 # each mutant of check_safety_tests.py
+#                                                    # in the simulated code, up to 50 seeds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+export CARGO_INCREMENTAL=0
+if [ "${1:-}" = "--mutants" ]; then
+    exec python3 scripts/check_safety_tests.py --simulate "${2:?--mutants N}" "${@:3}"
+fi
 # A workspace of its own (drills/sim/Cargo.toml says why), in the shared target
-# directory; release-like speed for thousands of seeds.
-cargo build -q --locked --profile perf --manifest-path drills/sim/Cargo.toml
-exec "$CARGO_TARGET_DIR/perf/holdfast-sim" "$@"
+# directory. Release-like speed for thousands of seeds; planted bugs exist only in
+# debug builds.
+profile=perf
+for a in "$@"; do [ "$a" = "--plant" ] && profile=dev; done
+cargo build -q --locked --profile "$profile" --manifest-path drills/sim/Cargo.toml
+exec "$CARGO_TARGET_DIR/$([ "$profile" = dev ] && echo debug || echo perf)/holdfast-sim" "$@"

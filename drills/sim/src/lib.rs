@@ -10,9 +10,9 @@
 //! `tokio_unstable`), each node's election timeout, and every id and jitter the
 //! servers and the SDK draw ([`holdfast_rpc::entropy`]). One seed, one history.
 //!
-//! Each worker records what it invoked and what it saw into a drills history, and
-//! writes through the fencing helper to a simulated resource; the drills' checker
-//! reads the whole history afterwards.
+//! Each worker, a simulated host of its own, records what it invoked and what it saw
+//! into a drills history, and writes through the fencing helper to a simulated
+//! resource; the drills' checker reads the whole history afterwards.
 
 mod net;
 mod workload;
@@ -195,15 +195,28 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
     }
     let log = Log::default();
     let grants = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ready = workload::Ready::default();
     {
-        let (log, grants, workload, seed) = (log.clone(), grants.clone(), opts.workload.clone(), opts.seed);
-        sim.client("client", async move {
-            workload.run(seed, log, grants).await?;
+        let ready = ready.clone();
+        // Half the seeds run the namespace without a lock-delay, half with the default.
+        let lock_delay_ms = (dice.range(0, 2) == 0).then_some(0);
+        sim.client("admin", async move {
+            Workload::admin(ready, lock_delay_ms).await?;
+            Ok(())
+        });
+    }
+    let resource = Arc::new(holdfast_fence::MemoryFence::new("ledger"));
+    let held = workload::Holding::default();
+    for w in 0..opts.workload.workers {
+        let (ready, log, grants, workload, resource, held, seed) =
+            (ready.clone(), log.clone(), grants.clone(), opts.workload.clone(), resource.clone(), held.clone(), opts.seed);
+        sim.client(workload::worker_host(w), async move {
+            workload.run_worker(w, seed, ready, log, grants, resource, held).await?;
             Ok(())
         });
     }
 
-    let mut faults = workload::Faults::new(opts.faults, &mut dice);
+    let mut faults = workload::Faults::new(opts.faults, opts.workload.workers, held, &mut dice);
     let result = loop {
         match sim.step() {
             Ok(true) => break Ok(()),

@@ -1,8 +1,9 @@
 //! `holdfast-sim --seeds N [--from S] | --seed S [--history FILE] [--no-faults]
 //! [--plant BUG]`: runs seeds of the simulation (docs/simulation.md) and reports each
 //! one the checker flags, with the command that replays it. Exit status 1 if any seed
-//! fails. With `--plant`, every node runs that planted bug (debug builds) and the run
-//! stops at the first seed that finds it, saying how many seeds it took.
+//! fails. With `--plant`, every node runs that planted bug (debug builds); with
+//! `--until-found` (implied by `--plant`) the run stops at the first failing seed and
+//! says how many seeds it took — exit status 0 then, 1 if no seed failed.
 
 use holdfast_sim::{run, Options};
 use std::time::Instant;
@@ -19,14 +20,26 @@ impl tracing_subscriber::fmt::time::FormatTime for SimTime {
     }
 }
 
+/// The command that replays `seed` exactly.
+fn replay(seed: u64, faults: bool, plant: &Option<String>) -> String {
+    let mut c = format!("scripts/simulate.sh --seed {seed}");
+    if !faults {
+        c.push_str(" --no-faults");
+    }
+    if let Some(p) = plant {
+        c.push_str(&format!(" --plant {p}"));
+    }
+    c
+}
+
 fn usage() -> ! {
-    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--no-faults] [--plant BUG]");
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--no-faults] [--plant BUG] [--until-found]");
     std::process::exit(2)
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (mut seeds, mut from, mut one, mut history, mut faults, mut plant) = (None, 0u64, None, None, true, None);
+    let (mut seeds, mut from, mut one, mut history, mut faults, mut plant, mut until_found) = (None, 0u64, None, None, true, None, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut num = || it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or_else(|| usage());
@@ -36,7 +49,11 @@ fn main() {
             "--seed" => one = Some(num()),
             "--history" => history = Some(it.next().cloned().unwrap_or_else(|| usage())),
             "--no-faults" => faults = false,
-            "--plant" => plant = Some(it.next().cloned().unwrap_or_else(|| usage())),
+            "--plant" => {
+                plant = Some(it.next().cloned().unwrap_or_else(|| usage()));
+                until_found = true;
+            }
+            "--until-found" => until_found = true,
             _ => usage(),
         }
     }
@@ -51,6 +68,10 @@ fn main() {
     let started = Instant::now();
     let (mut failed, mut simulated, mut grants) = (Vec::new(), 0u128, 0usize);
     for (i, &seed) in list.iter().enumerate() {
+        if i > 0 && i % 500 == 0 {
+            let secs = started.elapsed().as_secs_f64();
+            println!("... {i} seeds, {} failed, {:.2} seeds/s", failed.len(), i as f64 / secs);
+        }
         let opts = Options { faults, plant: plant.clone(), ..Options::new(seed) };
         match run(&opts) {
             Ok(o) => {
@@ -68,8 +89,9 @@ fn main() {
                         eprintln!("  ... {} violations in all (--history keeps the run)", o.report.violations.len());
                     }
                     failed.push(seed);
-                    if plant.is_some() {
-                        println!("planted bug {} found by seed {seed}: {} seeds run", plant.as_deref().unwrap_or(""), i + 1);
+                    if until_found {
+                        println!("found by seed {seed}: {} seeds run", i + 1);
+                        println!("replay: {}", replay(seed, faults, &plant));
                         return;
                     }
                 } else if list.len() == 1 {
@@ -79,6 +101,11 @@ fn main() {
             Err(e) => {
                 eprintln!("seed {seed}: the run failed: {e}");
                 failed.push(seed);
+                if until_found {
+                    println!("found by seed {seed} (the run itself failed): {} seeds run", i + 1);
+                    println!("replay: {}", replay(seed, faults, &plant));
+                    return;
+                }
             }
         }
     }
@@ -90,12 +117,11 @@ fn main() {
         simulated as f64 / 1000.0,
         list.len() as f64 / secs
     );
-    let flags = format!("{}{}", if faults { "" } else { " --no-faults" }, plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default());
-    for s in &failed {
-        println!("replay: scripts/simulate.sh --seed {s}{flags}");
+    for &s in &failed {
+        println!("replay: {}", replay(s, faults, &plant));
     }
-    if let Some(p) = &plant {
-        println!("planted bug {p} NOT found in {} seeds", list.len());
+    if until_found {
+        println!("NOT found in {} seeds", list.len());
         std::process::exit(1);
     }
     if !failed.is_empty() {

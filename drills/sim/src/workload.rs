@@ -42,7 +42,7 @@ fn endpoints() -> Vec<String> {
 
 /// The cell serves the namespace's shard once its leader applied the namespace and
 /// adopted the shard (there is no registry in this simulation; epoch 1 throughout).
-async fn adopt(transport: &Transport) -> Result<(), String> {
+async fn adopt(transport: &Transport, lock_delay_ms: Option<u64>) -> Result<(), String> {
     for attempt in 0.. {
         for ep in endpoints() {
             let Ok(ch) = transport.channel(&ep) else { continue };
@@ -53,6 +53,7 @@ async fn adopt(transport: &Transport) -> Result<(), String> {
                 intent: holdfast_proto::lock::v1::Intent::Correctness as i32,
                 ttl_min_ms: 500,
                 ttl_max_ms: 60_000,
+                lock_delay_ms,
                 version: 1,
                 ..Default::default()
             };
@@ -73,24 +74,70 @@ async fn adopt(transport: &Transport) -> Result<(), String> {
     unreachable!()
 }
 
+/// Set once the cell serves the shard: the workers wait for it. (A flag the
+/// simulation's hosts share; they all run on one thread.)
+pub(crate) type Ready = Arc<std::sync::atomic::AtomicBool>;
+
+/// The workers holding the lock now, as they believe: the fault schedule cuts one of
+/// them off rather than an idle worker.
+pub(crate) type Holding = Arc<std::sync::Mutex<std::collections::BTreeSet<u64>>>;
+
+fn holding(h: &Holding, w: u64, on: bool) {
+    let mut g = h.lock().unwrap_or_else(|e| e.into_inner());
+    if on {
+        g.insert(w);
+    } else {
+        g.remove(&w);
+    }
+}
+
+/// The simulated host of worker `w`.
+pub(crate) fn worker_host(w: u64) -> String {
+    format!("worker-{w}")
+}
+
 impl Workload {
-    pub(crate) async fn run(self, seed: u64, log: Log, grants: Arc<AtomicUsize>) -> Result<(), String> {
+    /// The admin host: makes the cell serve the shard, then lets the workers go.
+    /// `lock_delay_ms` is the namespace's (`None`: the default). Without a lock-delay,
+    /// a lock that expired under a cut-off worker goes to the next one at once, and the
+    /// cut-off worker's late write meets the fence.
+    pub(crate) async fn admin(ready: Ready, lock_delay_ms: Option<u64>) -> Result<(), String> {
         let transport = Transport::over(Default::default(), Arc::new(crate::net::SimNetwork));
-        adopt(&transport).await?;
-        let resource = Arc::new(MemoryFence::new("ledger"));
-        let mut workers = Vec::new();
-        for w in 0..self.workers {
-            let (transport, log, grants, resource, me) = (transport.clone(), log.clone(), grants.clone(), resource.clone(), self.clone());
-            let dice = Dice::new(seed.wrapping_add(w + 1));
-            workers.push(tokio::spawn(async move { me.worker(w, dice, &transport, &log, &grants, &resource).await }));
-        }
-        for w in workers {
-            w.await.map_err(|e| e.to_string())??;
-        }
+        adopt(&transport, lock_delay_ms).await?;
+        ready.store(true, Ordering::Relaxed);
         Ok(())
     }
 
-    async fn worker(&self, w: u64, mut dice: Dice, transport: &Transport, log: &Log, grants: &AtomicUsize, resource: &MemoryFence) -> Result<(), String> {
+    /// Worker `w`'s host: an SDK client of its own, taking the lock `rounds` times.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn run_worker(
+        self,
+        w: u64,
+        seed: u64,
+        ready: Ready,
+        log: Log,
+        grants: Arc<AtomicUsize>,
+        resource: Arc<MemoryFence>,
+        held: Holding,
+    ) -> Result<(), String> {
+        while !ready.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let transport = Transport::over(Default::default(), Arc::new(crate::net::SimNetwork));
+        self.worker(w, Dice::new(seed.wrapping_add(w + 1)), &transport, &log, &grants, &resource, &held).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn worker(
+        &self,
+        w: u64,
+        mut dice: Dice,
+        transport: &Transport,
+        log: &Log,
+        grants: &AtomicUsize,
+        resource: &MemoryFence,
+        held: &Holding,
+    ) -> Result<(), String> {
         let client = Client::connect_via(transport, &endpoints(), ClientConfig::default()).await.map_err(|e| e.to_string())?;
         let names = Names::new()?;
         for round in 0..self.rounds {
@@ -109,6 +156,7 @@ impl Workload {
                 Ok(lock) => {
                     let token = lock.token();
                     grants.fetch_add(1, Ordering::Relaxed);
+                    holding(held, w, true);
                     log.record(EventKind::GrantOk {
                         op,
                         lock: names.lock.clone(),
@@ -117,8 +165,13 @@ impl Workload {
                         region: names.region.clone(),
                         cell: names.cell.clone(),
                     });
-                    tokio::time::sleep(Duration::from_millis(dice.range(1, 300))).await;
+                    // Now and then a long hold: if the worker is cut off meanwhile, its
+                    // session expires under it, another worker takes the lock, and this
+                    // write comes late with the old token (the fence must refuse it).
+                    let hold = if dice.range(0, 3) == 0 { dice.range(2_500, 4_000) } else { dice.range(1, 300) };
+                    tokio::time::sleep(Duration::from_millis(hold)).await;
                     write(log, resource, &names, token);
+                    holding(held, w, false);
                     let op = log_op(log);
                     log.record(EventKind::ReleaseInvoked { op, lock: names.lock.clone(), session: sref, token });
                     match lock.release().await {
@@ -128,7 +181,10 @@ impl Workload {
                 }
                 // Whether a failed acquire was granted is unknown to the caller (a
                 // grant whose answer was lost): the checker treats it so.
-                Err(_) => log.record(EventKind::GrantUnknown { op }),
+                Err(e) => {
+                    tracing::debug!(w, error = %e, "acquire failed");
+                    log.record(EventKind::GrantUnknown { op });
+                }
             }
             let _ = session.close().await;
             tokio::time::sleep(Duration::from_millis(dice.range(0, 200))).await;
@@ -171,19 +227,36 @@ impl Names {
     }
 }
 
-/// The fault schedule: at seeded times, cut one node off from the others (both
-/// directions) or crash it, and heal or restart it a seeded while later. At most one
-/// node is faulty at a time, so the cell keeps a quorum and the workload progresses.
+/// The fault schedule: at seeded times, one fault, healed a seeded while later:
+/// - a cell node cut off from the other two (both directions; half the time from the
+///   workers too: a leader cut off from its followers may still answer them);
+/// - a cell node crashed, restarted later on its memory disk;
+/// - a worker (one holding the lock, if any) cut off from every cell node for longer
+///   than its session's TTL: its renewals stop, and a lock it holds expires under it.
+///
+/// At most one fault at a time, so the cell keeps a quorum and the workload progresses.
 pub(crate) struct Faults {
     on: bool,
+    workers: u64,
+    held: Holding,
     next_ms: u64,
-    /// The node now faulty, how, and when it heals.
-    current: Option<(u64, FaultKind, u64)>,
+    /// The fault now in force: its kind, its target host.
+    current: Option<(FaultKind, String)>,
 }
 
 impl Faults {
-    pub(crate) fn new(on: bool, dice: &mut Dice) -> Faults {
-        Faults { on, next_ms: dice.range(1_000, 4_000), current: None }
+    pub(crate) fn new(on: bool, workers: u64, held: Holding, dice: &mut Dice) -> Faults {
+        Faults { on, workers, held, next_ms: dice.range(1_000, 4_000), current: None }
+    }
+
+    fn cut(sim: &mut turmoil::Sim<'_>, name: &str, from: &[String], cut: bool) {
+        for other in from {
+            if cut {
+                sim.partition(name, other.as_str());
+            } else {
+                sim.repair(name, other.as_str());
+            }
+        }
     }
 
     pub(crate) fn step(&mut self, sim: &mut turmoil::Sim<'_>, dice: &mut Dice, log: &Log) {
@@ -195,42 +268,43 @@ impl Faults {
         if ms < self.next_ms {
             return;
         }
+        let cells: Vec<String> = (1..=NODES).map(host).collect();
+        let workers: Vec<String> = (0..self.workers).map(worker_host).collect();
         match self.current.take() {
-            Some((node, kind, _)) => {
-                let name = host(node);
+            Some((kind, name)) => {
                 match kind {
                     FaultKind::KillNode => sim.bounce(name.as_str()),
-                    _ => {
-                        for other in (1..=NODES).filter(|&o| o != node) {
-                            sim.repair(name.as_str(), host(other).as_str());
-                        }
-                        sim.repair(name.as_str(), "client");
-                    }
+                    FaultKind::PauseHolder => Self::cut(sim, &name, &cells, false),
+                    _ => Self::cut(sim, &name, &[cells.clone(), workers].concat(), false),
                 }
                 fault(log, now, FaultKind::Heal, name);
                 self.next_ms = ms + dice.range(500, 3_000);
             }
             None => {
-                let node = dice.range(1, NODES + 1);
-                let name = host(node);
-                let kind = if dice.range(0, 3) == 0 { FaultKind::KillNode } else { FaultKind::PartitionRegion };
+                let (kind, name, lasts) = match dice.range(0, 6) {
+                    0 | 1 => (FaultKind::PartitionRegion, host(dice.range(1, NODES + 1)), dice.range(500, 4_000)),
+                    2 => (FaultKind::KillNode, host(dice.range(1, NODES + 1)), dice.range(500, 4_000)),
+                    _ => {
+                        // A worker holding the lock if there is one, else any.
+                        let holders: Vec<u64> = self.held.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect();
+                        let w = if holders.is_empty() { dice.range(0, self.workers) } else { holders[dice.range(0, holders.len() as u64) as usize] };
+                        (FaultKind::PauseHolder, worker_host(w), dice.range(2_500, 5_000))
+                    }
+                };
                 match kind {
                     FaultKind::KillNode => sim.crash(name.as_str()),
+                    FaultKind::PauseHolder => Self::cut(sim, &name, &cells, true),
                     _ => {
-                        for other in (1..=NODES).filter(|&o| o != node) {
-                            sim.partition(name.as_str(), host(other).as_str());
-                        }
-                        // Half the time the clients still reach it (a leader cut off
-                        // from its followers, still answering).
+                        let others: Vec<String> = cells.iter().filter(|c| **c != name).cloned().collect();
+                        Self::cut(sim, &name, &others, true);
                         if dice.range(0, 2) == 0 {
-                            sim.partition(name.as_str(), "client");
+                            Self::cut(sim, &name, &workers, true);
                         }
                     }
                 }
-                fault(log, now, kind, name);
-                let heal = ms + dice.range(500, 4_000);
-                self.current = Some((node, kind, heal));
-                self.next_ms = heal;
+                fault(log, now, kind, name.clone());
+                self.current = Some((kind, name));
+                self.next_ms = ms + lasts;
             }
         }
     }
