@@ -55,6 +55,13 @@ pub enum FaultKind {
     KillNode,
     /// Replace a voter of a running cell by a new node (a membership change).
     ReplaceNode,
+    /// A node whose messages are lost while it still receives (the simulation).
+    PartitionOneway,
+    /// Every message to and from a node held, then delivered at once at the heal:
+    /// what its peers see of a process stopped by a pause (the simulation).
+    HoldNode,
+    /// A node's links slowed (the simulation).
+    SlowNode,
 }
 
 impl fmt::Display for LockKey {

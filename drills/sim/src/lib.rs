@@ -183,7 +183,7 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         .rng_seed(opts.seed)
         .simulation_duration(Duration::from_secs(3_600))
         .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(5))
+        .max_message_latency(workload::MAX_LATENCY)
         .tcp_capacity(1 << 20)
         .build();
     let disks: Vec<holdfast_raft::MemoryDisk> = (1..=NODES).map(|_| holdfast_raft::MemoryDisk::new().map_err(|e| e.to_string())).collect::<Result<_, _>>()?;

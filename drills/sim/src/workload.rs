@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) const CELL: &str = "sim-1";
+/// The longest a message takes on a healthy link.
+pub(crate) const MAX_LATENCY: Duration = Duration::from_millis(5);
 pub(crate) const REGION: &str = "sim";
 const NS: &str = "sim";
 const SHARD: &str = "default";
@@ -231,6 +233,10 @@ impl Names {
 /// - a cell node cut off from the other two (both directions; half the time from the
 ///   workers too: a leader cut off from its followers may still answer them);
 /// - a cell node crashed, restarted later on its memory disk;
+/// - a cell node whose messages are lost while it still hears everyone (one way);
+/// - every message to and from a cell node held, then delivered at once (what its
+///   peers see of a paused process);
+/// - a cell node's links slowed to up to 50–400 ms a message;
 /// - a worker (one holding the lock, if any) cut off from every cell node for longer
 ///   than its session's TTL: its renewals stop, and a lock it holds expires under it.
 ///
@@ -272,18 +278,38 @@ impl Faults {
         let workers: Vec<String> = (0..self.workers).map(worker_host).collect();
         match self.current.take() {
             Some((kind, name)) => {
+                let everyone = [cells.clone(), workers.clone()].concat();
                 match kind {
                     FaultKind::KillNode => sim.bounce(name.as_str()),
                     FaultKind::PauseHolder => Self::cut(sim, &name, &cells, false),
-                    _ => Self::cut(sim, &name, &[cells.clone(), workers].concat(), false),
+                    FaultKind::PartitionOneway => {
+                        for other in everyone.iter().filter(|o| **o != name) {
+                            sim.repair_oneway(name.as_str(), other.as_str());
+                        }
+                    }
+                    FaultKind::HoldNode => {
+                        for other in everyone.iter().filter(|o| **o != name) {
+                            sim.release(name.as_str(), other.as_str());
+                        }
+                    }
+                    FaultKind::SlowNode => {
+                        for other in everyone.iter().filter(|o| **o != name) {
+                            sim.set_link_max_message_latency(name.as_str(), other.as_str(), MAX_LATENCY);
+                        }
+                    }
+                    _ => Self::cut(sim, &name, &everyone, false),
                 }
                 fault(log, now, FaultKind::Heal, name);
                 self.next_ms = ms + dice.range(500, 3_000);
             }
             None => {
-                let (kind, name, lasts) = match dice.range(0, 6) {
-                    0 | 1 => (FaultKind::PartitionRegion, host(dice.range(1, NODES + 1)), dice.range(500, 4_000)),
-                    2 => (FaultKind::KillNode, host(dice.range(1, NODES + 1)), dice.range(500, 4_000)),
+                let node = host(dice.range(1, NODES + 1));
+                let (kind, name, lasts) = match dice.range(0, 9) {
+                    0 | 1 => (FaultKind::PartitionRegion, node, dice.range(500, 4_000)),
+                    2 => (FaultKind::KillNode, node, dice.range(500, 4_000)),
+                    3 => (FaultKind::PartitionOneway, node, dice.range(500, 4_000)),
+                    4 => (FaultKind::HoldNode, node, dice.range(500, 3_000)),
+                    5 => (FaultKind::SlowNode, node, dice.range(1_000, 5_000)),
                     _ => {
                         // A worker holding the lock if there is one, else any.
                         let holders: Vec<u64> = self.held.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect();
@@ -291,12 +317,29 @@ impl Faults {
                         (FaultKind::PauseHolder, worker_host(w), dice.range(2_500, 5_000))
                     }
                 };
+                let others: Vec<String> = [cells.clone(), workers.clone()].concat().into_iter().filter(|o| *o != name).collect();
                 match kind {
                     FaultKind::KillNode => sim.crash(name.as_str()),
                     FaultKind::PauseHolder => Self::cut(sim, &name, &cells, true),
+                    FaultKind::PartitionOneway => {
+                        for other in &others {
+                            sim.partition_oneway(name.as_str(), other.as_str());
+                        }
+                    }
+                    FaultKind::HoldNode => {
+                        for other in &others {
+                            sim.hold(name.as_str(), other.as_str());
+                        }
+                    }
+                    FaultKind::SlowNode => {
+                        let slow = Duration::from_millis(dice.range(50, 400));
+                        for other in &others {
+                            sim.set_link_max_message_latency(name.as_str(), other.as_str(), slow);
+                        }
+                    }
                     _ => {
-                        let others: Vec<String> = cells.iter().filter(|c| **c != name).cloned().collect();
-                        Self::cut(sim, &name, &others, true);
+                        let peers: Vec<String> = cells.iter().filter(|c| **c != name).cloned().collect();
+                        Self::cut(sim, &name, &peers, true);
                         if dice.range(0, 2) == 0 {
                             Self::cut(sim, &name, &workers, true);
                         }
