@@ -22,18 +22,18 @@ pub enum ClientIo {
     Other(BoxStream),
 }
 
-impl std::fmt::Debug for ClientIo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClientIo::Plain(s) => f.debug_tuple("Plain").field(s).finish(),
-            ClientIo::Tls(s) => f.debug_tuple("Tls").field(s).finish(),
-            ClientIo::Other(_) => f.write_str("Other"),
-        }
-    }
-}
-
 macro_rules! delegate_io {
     ($ty:ident) => {
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self {
+                    $ty::Plain(s) => f.debug_tuple("Plain").field(s).finish(),
+                    $ty::Tls(s) => f.debug_tuple("Tls").field(s).finish(),
+                    $ty::Other(_) => f.write_str("Other"),
+                }
+            }
+        }
+
         impl AsyncRead for $ty {
             fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
                 match self.get_mut() {

@@ -55,16 +55,6 @@ pub enum ServerIo {
     Other(BoxStream),
 }
 
-impl std::fmt::Debug for ServerIo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ServerIo::Plain(s) => f.debug_tuple("Plain").field(s).finish(),
-            ServerIo::Tls(s) => f.debug_tuple("Tls").field(s).finish(),
-            ServerIo::Other(_) => f.write_str("Other"),
-        }
-    }
-}
-
 delegate_io!(ServerIo);
 
 /// One accepted connection.
