@@ -40,8 +40,9 @@ pub struct LogStore {
     /// Where each append's start and end are marked (`crate::stages`).
     stages: Arc<Stages>,
     /// The node's flusher thread; it ends when the last clone is dropped. `None` on a
-    /// simulation's memory disk: there an append syncs inline, on the Raft core's task,
-    /// so that no thread outside the simulation decides when it is durable.
+    /// simulation's memory disk, which keeps every write and has no WAL to sync: there
+    /// an append is reported durable inline, on the Raft core's task, so that no thread
+    /// outside the simulation decides when.
     flusher: Option<mpsc::Sender<Flush>>,
 }
 

@@ -53,8 +53,8 @@ pub fn db_options() -> Options {
 #[derive(Debug)]
 pub struct Db {
     db: DB,
-    /// On a [`MemoryDisk`]: blocking I/O (syncs, snapshot writes) runs inline on the
-    /// calling task instead of on threads of its own.
+    /// On a [`MemoryDisk`]: blocking I/O (snapshot writes, the log's durability
+    /// reports) runs inline on the calling task instead of on threads of its own.
     inline_io: bool,
     // Declared after `db`: fields drop in order, so this marker goes only once RocksDB
     // has closed. `closed()` watches it.

@@ -24,7 +24,8 @@ async fn rocksdb_stores_pass_openraft_storage_suite() {
 }
 
 /// The same stores on RocksDB's in-memory environment, as the simulation runs them:
-/// appends synced inline and snapshots written inline instead of on threads.
+/// appends reported durable inline (no WAL to sync) and snapshots written inline,
+/// instead of on threads.
 struct MemoryBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore<AppendLog>, ()> for MemoryBuilder {
