@@ -152,7 +152,7 @@ impl Workload {
                 }
             };
             let sref = SessionRef { cell: names.cell.clone(), id: session.id() };
-            let op = log_op(log);
+            let op = log.next_op();
             log.record(EventKind::GrantInvoked { op, lock: names.lock.clone(), session: sref.clone() });
             match session.acquire(LOCK, AcquireOptions::new().wait(Duration::from_secs(5))).await {
                 Ok(lock) => {
@@ -174,7 +174,7 @@ impl Workload {
                     tokio::time::sleep(Duration::from_millis(hold)).await;
                     write(log, resource, &names, token);
                     holding(held, w, false);
-                    let op = log_op(log);
+                    let op = log.next_op();
                     log.record(EventKind::ReleaseInvoked { op, lock: names.lock.clone(), session: sref, token });
                     match lock.release().await {
                         Ok(()) => log.record(EventKind::ReleaseOk { op }),
@@ -195,13 +195,8 @@ impl Workload {
     }
 }
 
-/// An op id: the history's own counter (ops are numbered in the order they start).
-fn log_op(log: &Log) -> holdfast_drills::history::OpId {
-    log.next_op()
-}
-
 fn write(log: &Log, resource: &MemoryFence, names: &Names, token: FencingToken) {
-    let op = log_op(log);
+    let op = log.next_op();
     log.record(EventKind::WriteAttempt { op, lock: names.lock.clone(), token, resource: "ledger".into() });
     match resource.write(&names.id, token, b"entry", format!("written with {}", token.0).as_bytes()) {
         Ok(_) => log.record(EventKind::WriteAccepted { op }),
