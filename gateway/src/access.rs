@@ -16,7 +16,8 @@ use holdfast_rpc::status::status;
 use holdfast_rpc::{Budget, CallContext, Identity, Upstream};
 use std::collections::HashMap;
 use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tonic::Status;
 use tracing::{debug, info, warn};
 

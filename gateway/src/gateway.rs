@@ -19,8 +19,9 @@ use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient
 use holdfast_rpc::status::status;
 use holdfast_rpc::{Budget, CallContext, CallError, Channel, Tasks};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tracing::{warn, Instrument};
@@ -166,7 +167,7 @@ impl Gateway {
         // another member — the new leader, or a follower's NOT_LEADER that the caller
         // retries at once. (Renewals are idempotent; other calls keep the full budget.)
         let total = ctx.budget(self.timeout);
-        let budget = Budget::per_attempt((total / 2).max(MIN_RENEWAL_ATTEMPT).min(total)).until(tokio::time::Instant::now() + total);
+        let budget = Budget::per_attempt((total / 2).max(MIN_RENEWAL_ATTEMPT).min(total)).until(Instant::now() + total);
         let stream = at_owner(&self.placement, &key, budget, |ch, _| {
             let (tx, rx) = mpsc::channel(16);
             let _ = tx.try_send(first.clone());

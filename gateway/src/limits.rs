@@ -5,7 +5,8 @@
 use holdfast_core::NamespaceName;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 #[derive(Debug)]
 struct Bucket {

@@ -13,7 +13,8 @@ use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient
 use holdfast_rpc::{Budget, CallError, CancellationToken, Hints, Tasks, Transport, Upstream};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 /// How often cells and namespaces are listed again.
@@ -123,7 +124,7 @@ impl Placement {
             return Some(c);
         }
         if let Some(t) = *last {
-            tokio::time::sleep_until((t + ON_DEMAND_EVERY).into()).await;
+            tokio::time::sleep_until(t + ON_DEMAND_EVERY).await;
         }
         *last = Some(Instant::now());
         if let Err(e) = self.list_namespaces().await {
