@@ -13,7 +13,7 @@ use crate::client::{traced, Client};
 use crate::error::{Error, LossReason};
 use crate::lock::Lock;
 use holdfast_core::metric_names::{HELD_WITHOUT_PROGRESS, LEASE_EXPIRED_WHILE_HELD, RENEW_FAILURES};
-use holdfast_core::{validate_value, ErrorCode, FencingToken, LockName, Mode, NamespaceName, RequestId, SessionId, ShardKey, ShardName};
+use holdfast_core::{validate_value, Epoch, ErrorCode, FencingToken, LockName, Mode, NamespaceName, RequestId, SessionId, ShardKey, ShardName};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_rpc::{Backoff, Channel};
@@ -318,6 +318,12 @@ impl Session {
 
     pub fn shard(&self) -> &ShardKey {
         &self.owner.shared.shard
+    }
+
+    /// The shard's epoch at the session's cell when it was created (a move to
+    /// another cell ends the session: its shard is served at a newer epoch there).
+    pub fn epoch(&self) -> Epoch {
+        Epoch(self.owner.shared.epoch)
     }
 
     /// The lease the cell granted.

@@ -10,6 +10,7 @@ use crate::grpc::{LockFront, RegistryFront};
 use crate::placement::Placement;
 use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
 use holdfast_proto::registry::v1::registry_service_server::RegistryServiceServer;
+use holdfast_rpc::net::Listener;
 use holdfast_rpc::{bounded, Budget, Tasks, Transport};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,10 +35,21 @@ impl GatewayServer {
 
     /// Starts on listeners the caller bound (tests bind port 0).
     pub async fn start(cfg: &GatewayConfig, grpc: TcpListener, http: TcpListener) -> std::io::Result<GatewayServer> {
+        let transport = Transport::new(cfg.transport.clone(), cfg.tls.security().map_err(std::io::Error::other)?);
+        Self::start_on(cfg, grpc.into(), http.into(), transport)
+    }
+
+    /// Starts a gateway of the deterministic simulation (docs/simulation.md): its
+    /// listeners and `transport` are of the simulated network. Everything else is
+    /// what [`GatewayServer::start`] starts.
+    pub async fn start_simulated(cfg: &GatewayConfig, grpc: Listener, http: Listener, transport: Transport) -> std::io::Result<GatewayServer> {
+        Self::start_on(cfg, grpc, http, transport)
+    }
+
+    fn start_on(cfg: &GatewayConfig, grpc: Listener, http: Listener, transport: Transport) -> std::io::Result<GatewayServer> {
         holdfast_telemetry::install();
         let grpc_addr = grpc.local_addr()?;
         let http_addr = http.local_addr()?;
-        let transport = Transport::new(cfg.transport.clone(), cfg.tls.security().map_err(std::io::Error::other)?);
         let tasks = Tasks::new();
         let placement = Placement::new(&transport, cfg.registry());
         let access = Arc::new(Access::new(transport.security().is_tls()));

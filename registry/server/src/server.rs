@@ -8,7 +8,9 @@ use crate::machine::{Hooks, RegistryMachine};
 use crate::registry::Registry;
 use crate::service::RegistryApi;
 use holdfast_proto::registry::v1::registry_service_server::RegistryServiceServer;
-use holdfast_raft::{Group, NodeConfig, RaftNode, Serving, StartError};
+use holdfast_raft::{Group, MemoryDisk, NodeConfig, RaftNode, Serving, StartError};
+use holdfast_rpc::net::Listener;
+use holdfast_rpc::Transport;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -42,8 +44,27 @@ impl RegistryServer {
     pub async fn start(cfg: &RegistryConfig, raft: TcpListener, client: TcpListener) -> Result<RegistryServer, StartError> {
         let hooks = Hooks::new();
         let metrics = holdfast_raft::bind_optional(cfg.metrics_addr.as_deref()).await?;
-        let node = RaftNode::start(Self::node_config(cfg, &client)?, raft, RegistryMachine::new(hooks.clone())).await?;
-        Ok(Self::serve(cfg, node, hooks, client, metrics))
+        let node = RaftNode::start(Self::node_config(cfg, client.local_addr()?)?, raft, RegistryMachine::new(hooks.clone())).await?;
+        Ok(Self::serve(cfg, node, hooks, client.into(), metrics))
+    }
+
+    /// Starts a node of the deterministic simulation (docs/simulation.md): its
+    /// listeners and `transport` are of the simulated network, its RocksDB runs in
+    /// `disk`, and it serves no metrics port. Everything else is what
+    /// [`RegistryServer::start`] starts.
+    pub async fn start_simulated(
+        cfg: &RegistryConfig,
+        raft: Listener,
+        client: Listener,
+        transport: Transport,
+        disk: MemoryDisk,
+    ) -> Result<RegistryServer, StartError> {
+        let hooks = Hooks::new();
+        let mut node_cfg = Self::node_config(cfg, client.local_addr()?)?;
+        node_cfg.transport = transport;
+        node_cfg.memory = Some(disk);
+        let node = RaftNode::start(node_cfg, raft, RegistryMachine::new(hooks.clone())).await?;
+        Ok(Self::serve(cfg, node, hooks, client, None))
     }
 
     /// Like [`RegistryServer::start`], with the fault router between this node and its
@@ -57,21 +78,20 @@ impl RegistryServer {
     ) -> Result<RegistryServer, StartError> {
         let hooks = Hooks::new();
         let metrics = holdfast_raft::bind_optional(cfg.metrics_addr.as_deref()).await?;
-        let node_cfg = Self::node_config(cfg, &client)?;
+        let node_cfg = Self::node_config(cfg, client.local_addr()?)?;
         let node = RaftNode::start_with_faults(node_cfg, raft, RegistryMachine::new(hooks.clone()), faults).await?;
-        Ok(Self::serve(cfg, node, hooks, client, metrics))
+        Ok(Self::serve(cfg, node, hooks, client.into(), metrics))
     }
 
-    fn node_config(cfg: &RegistryConfig, client: &TcpListener) -> Result<NodeConfig, StartError> {
-        let client_addr = client.local_addr()?;
+    fn node_config(cfg: &RegistryConfig, client_addr: std::net::SocketAddr) -> Result<NodeConfig, StartError> {
         let mut node_cfg = NodeConfig::new(cfg.node_id, "registry", &cfg.data_dir);
         node_cfg.client_addr = cfg.advertise_client_addr.clone().unwrap_or_else(|| client_addr.to_string());
         node_cfg.timings = cfg.timings();
-        node_cfg.transport = holdfast_rpc::Transport::new(cfg.transport.clone(), cfg.tls.security().map_err(std::io::Error::other)?);
+        node_cfg.transport = Transport::new(cfg.transport.clone(), cfg.tls.security().map_err(std::io::Error::other)?);
         Ok(node_cfg)
     }
 
-    fn serve(cfg: &RegistryConfig, node: RaftNode<RegistryMachine>, hooks: Arc<Hooks>, client: TcpListener, metrics: Option<TcpListener>) -> RegistryServer {
+    fn serve(cfg: &RegistryConfig, node: RaftNode<RegistryMachine>, hooks: Arc<Hooks>, client: Listener, metrics: Option<TcpListener>) -> RegistryServer {
         holdfast_telemetry::install();
         let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "the registry");
         let tasks = holdfast_rpc::Tasks::new();
