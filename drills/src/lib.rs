@@ -3,6 +3,8 @@
 //! What lives here, all pure (no clock, no I/O, no tokio):
 //! - [`history`]: the JSON-lines history of a drill (grants, releases, fenced writes,
 //!   ownership and serving observations, faults, waves);
+//! - [`observe`]: what the observers fold their polls into (owners by epoch, cells'
+//!   serving intervals);
 //! - [`checker`]: reads a whole history and reports every safety violation, treating a
 //!   timed-out operation as *unknown*, never as absent;
 //! - [`plan`]: the region-evacuation planner (which shard moves where, in waves);
@@ -18,6 +20,7 @@
 pub mod checker;
 pub mod evacuation;
 pub mod history;
+pub mod observe;
 pub mod plan;
 pub mod record;
 pub mod report;

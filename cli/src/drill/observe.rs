@@ -8,74 +8,30 @@
 //!   serving one shard at one epoch.
 
 use super::playground::{channel, Playground, Reg};
-use holdfast_core::{CellId, Epoch, FencingToken, LockName, NamespaceName, ShardName};
+use holdfast_core::{Epoch, FencingToken, LockName, NamespaceName};
 use holdfast_drills::history::{EventKind, LockKey};
+use holdfast_drills::observe::{OwnerSeen, Serving};
 use holdfast_drills::record::Recorder;
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::registry::v1 as rpb;
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 const POLL: Duration = Duration::from_millis(300);
 
-/// Who owned which shard at which epoch, as the registry said.
-#[derive(Debug, Default, Clone)]
-pub struct Owners {
-    inner: Arc<Mutex<OwnersInner>>,
-}
-
-#[derive(Debug, Default)]
-struct OwnersInner {
-    /// (ns, shard) → (cell, region, epoch) now.
-    now: BTreeMap<(String, String), (String, String, u32)>,
-    /// (ns, shard, epoch) → (cell, region): one cell per epoch.
-    at: BTreeMap<(String, String, u32), (String, String)>,
-}
-
-impl Owners {
-    fn lock(&self) -> std::sync::MutexGuard<'_, OwnersInner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn update(&self, ns: &str, shard: &str, cell: &str, region: &str, epoch: u32) {
-        let mut g = self.lock();
-        g.now.insert((ns.to_owned(), shard.to_owned()), (cell.to_owned(), region.to_owned(), epoch));
-        g.at.insert((ns.to_owned(), shard.to_owned(), epoch), (cell.to_owned(), region.to_owned()));
-    }
-
-    /// The cell owning the shard now, as far as the watch has told.
-    pub fn cell_now(&self, ns: &str, shard: &str) -> String {
-        self.lock().now.get(&(ns.to_owned(), shard.to_owned())).map(|o| o.0.clone()).unwrap_or_else(|| "unknown".into())
-    }
-
-    /// The cell and region that owned the shard at `epoch`.
-    pub fn at(&self, ns: &str, shard: &str, epoch: u32) -> (String, String) {
-        self.lock().at.get(&(ns.to_owned(), shard.to_owned(), epoch)).cloned().unwrap_or_else(|| ("unknown".into(), "unknown".into()))
-    }
-}
-
-fn cell_id(s: &str) -> Option<CellId> {
-    CellId::new(s).ok()
-}
+pub use holdfast_drills::observe::Owners;
 
 // The fields a listed owner and a watch event share (two generated types).
 #[allow(clippy::too_many_arguments)]
 fn record_owner(rec: &Recorder, owners: &Owners, ns: &str, shard: &str, region: &str, cell: &str, epoch: u32, to_cell: &str) {
-    owners.update(ns, shard, cell, region, epoch);
-    let (Ok(ns), Ok(shard)) = (NamespaceName::new(ns), ShardName::new(shard)) else { return };
-    rec.record(EventKind::OwnerObserved {
-        ns,
-        shard,
-        cell: cell_id(cell),
-        epoch: Epoch(epoch),
-        moving_to: if to_cell.is_empty() { None } else { cell_id(to_cell) },
-    });
+    if let Some(line) = owners.saw(OwnerSeen { ns, shard, region, cell, epoch, to_cell }) {
+        rec.record(line);
+    }
 }
 
 /// Lists every shard's owner, then follows the registry's watch until `stop`
@@ -146,20 +102,12 @@ pub async fn poll_holders(gateways: Vec<String>, locks: LockSet, rec: Arc<Record
     }
 }
 
-/// One cell's view of one shard at one epoch, as polled.
-#[derive(Debug, Clone)]
-struct Interval {
-    from_ms: u64,
-    last_ms: u64,
-    open: bool,
-}
-
 /// Polls every cell's `CellAdmin.Status` (served, unsealed shards) until `stop`;
 /// returns the intervals, which the caller records as `CellServing` lines.
 /// An interval runs from the send time of the first poll that showed the shard to the
 /// answer time of the last one (`until: None` if still served at the end).
 pub async fn poll_serving(playground: Playground, rec: Arc<Recorder>, stop: CancellationToken) -> Vec<EventKind> {
-    let mut seen: BTreeMap<(String, String, String, u32), Interval> = BTreeMap::new();
+    let mut serving = Serving::default();
     let cells: Vec<(String, Vec<String>)> =
         playground.regions.iter().flat_map(|r| r.cells.iter().map(|c| (c.cell.clone(), c.nodes.iter().map(|n| n.client.clone()).collect()))).collect();
     while !stop.is_cancelled() {
@@ -176,33 +124,12 @@ pub async fn poll_serving(playground: Playground, rec: Arc<Recorder>, stop: Canc
             let Some(status) = status else { continue };
             let now = rec.ms();
             let served: Vec<(String, String, u32)> = status.shards.iter().filter(|s| !s.sealed).map(|s| (s.ns.clone(), s.shard.clone(), s.epoch)).collect();
-            for ((c, ns, shard, epoch), iv) in seen.iter_mut() {
-                if c == cell && iv.open && !served.iter().any(|(n, s, e)| n == ns && s == shard && e == epoch) {
-                    iv.open = false;
-                }
-            }
-            for (ns, shard, epoch) in served {
-                let iv = seen.entry((cell.clone(), ns, shard, epoch)).or_insert(Interval { from_ms: sent, last_ms: now, open: true });
-                if iv.open {
-                    iv.last_ms = now;
-                }
-            }
+            serving.polled(cell, sent, now, &served);
         }
         tokio::select! {
             _ = stop.cancelled() => {}
             _ = tokio::time::sleep(POLL) => {}
         }
     }
-    seen.into_iter()
-        .filter_map(|((cell, ns, shard, epoch), iv)| {
-            Some(EventKind::CellServing {
-                cell: CellId::new(cell).ok()?,
-                ns: NamespaceName::new(ns).ok()?,
-                shard: ShardName::new(shard).ok()?,
-                epoch: Epoch(epoch),
-                from_ms: iv.from_ms,
-                until_ms: (!iv.open).then_some(iv.last_ms),
-            })
-        })
-        .collect()
+    serving.into_events()
 }
