@@ -122,10 +122,11 @@ MUTANTS = [
 ]
 
 
-# The code the simulation runs (drills/sim): the cell and its Raft substrate. Its
-# cell has no registry, so the ownership rules are not simulated yet.
+# The code the simulation runs (drills/sim): the cell and its Raft substrate; with
+# --moves also the registry, the gateway and the cells' ownership of their shards.
 SIMULATED = ("cells/state/", "cells/server/src/clock.rs", "cells/server/src/cell.rs", "cells/server/src/machine.rs",
              "cells/server/src/service.rs", "raft/src/")
+SIMULATED_WITH_MOVES = ("cells/server/src/ownership.rs", "cells/server/src/follow.rs", "registry/", "gateway/src/")
 
 
 def mutant_copy(repo: str, tmp: str, path: str, old: str, new: str) -> str:
@@ -159,7 +160,8 @@ def simulate(repo: str, seeds: int, only: list) -> int:
     env = mutants_env(repo)
     rows = []
     for name, path, old, new, _ in MUTANTS:
-        if not path.startswith(SIMULATED) or (only and not any(o in name for o in only)):
+        moves = path.startswith(SIMULATED_WITH_MOVES)
+        if not (path.startswith(SIMULATED) or moves) or (only and not any(o in name for o in only)):
             continue
         with tempfile.TemporaryDirectory(prefix="holdfast-mutant-") as tmp:
             dst = mutant_copy(repo, tmp, path, old, new)
@@ -170,7 +172,7 @@ def simulate(repo: str, seeds: int, only: list) -> int:
                 print(f"mutant '{name}' does not build in the simulation", flush=True)
                 return 2
             sim = os.path.join(env["CARGO_TARGET_DIR"], "debug", "holdfast-sim")
-            r = subprocess.run([sim, "--seeds", str(seeds), "--until-found"], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            r = subprocess.run([sim, "--seeds", str(seeds), "--until-found", *(["--moves"] if moves else [])], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             found = [l for l in r.stdout.splitlines() if l.startswith("found by")]
             row = f"found     {name}: {found[0]}" if r.returncode == 0 and found else f"not found {name}: no seed of {seeds} failed"
             rows.append(row)

@@ -3,8 +3,10 @@
 # the real cell service on RocksDB's in-memory environment, the SDK — over turmoil's
 # simulated network and time, with seeded partitions and crashes; the drills' checker
 # reads every seed's history. A failing seed prints the command that replays it.
+# `--moves`: two cells, the registry and a gateway, the shard moving between the cells.
 #
 #   scripts/simulate.sh --seeds 10000            # seeds 0..9999, then seeds/s
+#   scripts/simulate.sh --seeds 200 --moves      # with the registry and shard moves
 #   scripts/simulate.sh --seeds 500 --from 7000
 #   scripts/simulate.sh --seed 4711 --history /tmp/h.jsonl   # replay one, keep its history
 #   RUST_LOG=info scripts/simulate.sh --seed 4711            # ... with the servers' logs

@@ -1,4 +1,6 @@
-//! holdfast-sim: one cell of three nodes, simulated (docs/simulation.md).
+//! holdfast-sim: one cell of three nodes, or (with `moves`) two cells, the registry
+//! and a gateway with the shard moving between the cells, simulated
+//! (docs/simulation.md).
 //!
 //! What runs is the product's own code: openraft, the cell's `LockService` and
 //! `CellAdmin` over tonic, the RocksDB log and state machine (on RocksDB's in-memory
@@ -15,20 +17,25 @@
 //! resource; the drills' checker reads the whole history afterwards.
 
 mod net;
+mod regions;
 mod workload;
 
 use holdfast_drills::checker::{check, CheckReport};
 use holdfast_drills::history::{EventKind, FaultKind, History};
+use holdfast_drills::observe::{OwnerSeen, Owners};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use workload::Workload;
 
-/// The cell's nodes (hosts `cell-1` ..).
+/// The nodes of each cell and of the registry.
 pub const NODES: u64 = 3;
 /// Each node's Raft port and client port on its simulated host.
 const RAFT_PORT: u16 = 7100;
 const CLIENT_PORT: u16 = 7200;
+/// The gateway's gRPC and HTTP ports.
+const GATEWAY_PORT: u16 = 7400;
+const GATEWAY_HTTP_PORT: u16 = 7480;
 
 /// One run's settings.
 #[derive(Debug, Clone)]
@@ -40,11 +47,71 @@ pub struct Options {
     /// A planted bug every node runs (the cell's `unsafe_plant`; debug builds only):
     /// the checker must find it.
     pub plant: Option<String>,
+    /// Two cells in two regions, the registry and a gateway, and the shard moving
+    /// between the cells (planned and unplanned) under the workload. Without it: one
+    /// cell serving its shard at epoch 1, the workers calling it directly.
+    pub moves: bool,
 }
 
 impl Options {
     pub fn new(seed: u64) -> Options {
-        Options { seed, workload: Workload::default(), faults: true, plant: None }
+        Options { seed, workload: Workload::default(), faults: true, plant: None, moves: false }
+    }
+}
+
+/// One cell: its name, its region, its nodes' hosts.
+#[derive(Debug, Clone)]
+pub(crate) struct CellSpec {
+    pub name: &'static str,
+    pub region: &'static str,
+    pub hosts: Vec<String>,
+}
+
+/// The simulated hosts that serve: the cells, the registry (if any), the gateway (if
+/// any).
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub cells: Vec<CellSpec>,
+    pub registry: Vec<String>,
+    pub gateway: Option<String>,
+}
+
+impl Layout {
+    fn new(moves: bool) -> Layout {
+        let hosts = |prefix: &str| (1..=NODES).map(|n| format!("{prefix}-{n}")).collect::<Vec<_>>();
+        if !moves {
+            return Layout { cells: vec![CellSpec { name: workload::CELL, region: workload::REGION, hosts: hosts("cell") }], registry: vec![], gateway: None };
+        }
+        Layout {
+            cells: vec![
+                CellSpec { name: regions::CELLS[0].0, region: regions::CELLS[0].1, hosts: hosts("a") },
+                CellSpec { name: regions::CELLS[1].0, region: regions::CELLS[1].1, hosts: hosts("b") },
+            ],
+            registry: hosts("reg"),
+            gateway: Some("gw".into()),
+        }
+    }
+
+    /// Where the workers' SDK clients call: the gateway, or the one cell's nodes.
+    pub(crate) fn lock_endpoints(&self) -> Vec<String> {
+        match &self.gateway {
+            Some(gw) => vec![format!("{gw}:{GATEWAY_PORT}")],
+            None => self.cells[0].hosts.iter().map(|h| format!("{h}:{CLIENT_PORT}")).collect(),
+        }
+    }
+
+    pub(crate) fn registry_endpoints(&self) -> Vec<String> {
+        self.registry.iter().map(|h| format!("{h}:{CLIENT_PORT}")).collect()
+    }
+
+    /// The Raft nodes, cells' and registry's: what node faults hit.
+    pub(crate) fn nodes(&self) -> Vec<String> {
+        self.cells.iter().flat_map(|c| c.hosts.iter().cloned()).chain(self.registry.iter().cloned()).collect()
+    }
+
+    /// The hosts in front of the nodes that the workers call (the gateway), if any.
+    pub(crate) fn front(&self) -> Vec<String> {
+        self.gateway.iter().cloned().collect()
     }
 }
 
@@ -89,10 +156,6 @@ impl Dice {
     }
 }
 
-pub(crate) fn host(id: u64) -> String {
-    format!("cell-{id}")
-}
-
 /// The simulated time now, in ms (on any host, or in the driver between steps).
 pub(crate) fn now_ms() -> u64 {
     turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64)
@@ -127,23 +190,63 @@ impl Log {
     }
 }
 
-fn cell_config(id: u64, election_min_ms: u64, plant: Option<String>) -> holdfast_cell::CellConfig {
+/// What starts one Raft node of the simulation (again after a crash: same disk).
+#[derive(Clone)]
+struct NodeSpec {
+    id: u64,
+    /// Its group's hosts, in node id order (node 1 initializes the group).
+    group: Vec<String>,
+    election_min_ms: u64,
+    disk: holdfast_raft::MemoryDisk,
+}
+
+impl NodeSpec {
+    fn host(&self) -> &str {
+        &self.group[(self.id - 1) as usize]
+    }
+
+    /// Binds the node's ports on its host; a transport over the simulated network.
+    async fn listen(&self) -> std::io::Result<(holdfast_rpc::net::Listener, holdfast_rpc::net::Listener, holdfast_rpc::Transport)> {
+        let raft = net::listen(self.host(), RAFT_PORT).await?;
+        let client = net::listen(self.host(), CLIENT_PORT).await?;
+        Ok((raft, client, holdfast_rpc::Transport::over(Default::default(), Arc::new(net::SimNetwork))))
+    }
+
+    /// Node 1 initializes its group on its first start.
+    async fn initialize<S: holdfast_raft::ReplicatedState>(&self, serving: &holdfast_raft::Serving<S>) -> turmoil::Result {
+        if self.id == 1 && !serving.raft_node().raft().is_initialized().await? {
+            let members = self
+                .group
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    let ip = turmoil::lookup(h.as_str());
+                    (i as u64 + 1, holdfast_raft::Node::new(format!("{ip}:{RAFT_PORT}"), format!("{ip}:{CLIENT_PORT}")))
+                })
+                .collect();
+            serving.initialize(members).await?;
+        }
+        Ok(())
+    }
+}
+
+fn cell_config(spec: &NodeSpec, cell: &CellSpec, registry: &[String], plant: Option<String>) -> holdfast_cell::CellConfig {
     holdfast_cell::CellConfig {
-        node_id: id,
-        cell: workload::CELL.into(),
-        region: workload::REGION.into(),
-        data_dir: format!("/sim/{}", host(id)).into(),
+        node_id: spec.id,
+        cell: cell.name.into(),
+        region: cell.region.into(),
+        data_dir: format!("/sim/{}", spec.host()).into(),
         raft_addr: format!("0.0.0.0:{RAFT_PORT}"),
         client_addr: format!("0.0.0.0:{CLIENT_PORT}"),
         advertise_client_addr: None,
         metrics_addr: None,
-        registry_endpoints: String::new(),
+        registry_endpoints: registry.join(","),
         ownership_margin_ms: 500,
         heartbeat_ms: 100,
         // One value per node, drawn from the seed: openraft draws the timeout from
         // [min, max) with the OS's generator, and a range of one is no draw.
-        election_min_ms,
-        election_max_ms: election_min_ms + 1,
+        election_min_ms: spec.election_min_ms,
+        election_max_ms: spec.election_min_ms + 1,
         checkpoint_interval_ms: 500,
         snapshot_every_logs: 200,
         shutdown_deadline_ms: 2_000,
@@ -153,23 +256,12 @@ fn cell_config(id: u64, election_min_ms: u64, plant: Option<String>) -> holdfast
     }
 }
 
-/// Starts node `id` on its host (again, after a crash: same memory disk).
-async fn run_node(id: u64, election_min_ms: u64, plant: Option<String>, disk: holdfast_raft::MemoryDisk) -> turmoil::Result {
-    let name = host(id);
-    let raft = net::listen(&name, RAFT_PORT).await?;
-    let client = net::listen(&name, CLIENT_PORT).await?;
-    let transport = holdfast_rpc::Transport::over(Default::default(), Arc::new(net::SimNetwork));
-    let cfg = cell_config(id, election_min_ms, plant);
-    let server = holdfast_cell::CellServer::start_simulated(&cfg, raft, client, transport, disk).await?;
-    if id == 1 && !server.raft_node().raft().is_initialized().await? {
-        let members = (1..=NODES)
-            .map(|n| {
-                let ip = turmoil::lookup(host(n).as_str());
-                (n, holdfast_raft::Node::new(format!("{ip}:{RAFT_PORT}"), format!("{ip}:{CLIENT_PORT}")))
-            })
-            .collect();
-        server.initialize(members).await?;
-    }
+/// Starts a cell node on its host (again, after a crash: same memory disk).
+async fn run_cell_node(spec: NodeSpec, cell: CellSpec, registry: Vec<String>, plant: Option<String>) -> turmoil::Result {
+    let (raft, client, transport) = spec.listen().await?;
+    let cfg = cell_config(&spec, &cell, &registry, plant);
+    let server = holdfast_cell::CellServer::start_simulated(&cfg, raft, client, transport, spec.disk.clone()).await?;
+    spec.initialize(&server).await?;
     // Serves until the simulation crashes this host or ends.
     std::future::pending::<()>().await;
     Ok(())
@@ -186,22 +278,49 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         .max_message_latency(workload::MAX_LATENCY)
         .tcp_capacity(1 << 20)
         .build();
-    let disks: Vec<holdfast_raft::MemoryDisk> = (1..=NODES).map(|_| holdfast_raft::MemoryDisk::new().map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
-    for id in 1..=NODES {
-        let disk = disks[(id - 1) as usize].clone();
-        let election_min_ms = dice.range(400, 800);
-        let plant = opts.plant.clone();
-        sim.host(host(id), move || run_node(id, election_min_ms, plant.clone(), disk.clone()));
+    let layout = Layout::new(opts.moves);
+    let registry = layout.registry_endpoints();
+    for cell in &layout.cells {
+        for id in 1..=NODES {
+            let spec = NodeSpec { id, group: cell.hosts.clone(), election_min_ms: dice.range(400, 800), disk: memory_disk()? };
+            let (cell, registry, plant) = (cell.clone(), registry.clone(), opts.plant.clone());
+            sim.host(spec.host().to_owned(), move || run_cell_node(spec.clone(), cell.clone(), registry.clone(), plant.clone()));
+        }
+    }
+    for id in 1..=layout.registry.len() as u64 {
+        let spec = NodeSpec { id, group: layout.registry.clone(), election_min_ms: dice.range(400, 800), disk: memory_disk()? };
+        sim.host(spec.host().to_owned(), move || regions::run_registry_node(spec.clone()));
+    }
+    if let Some(gw) = &layout.gateway {
+        let (name, registry) = (gw.clone(), registry.clone());
+        sim.host(gw.as_str(), move || regions::run_gateway(name.clone(), registry.clone()));
     }
     let log = Log::default();
     let grants = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let ready = workload::Ready::default();
+    let owners = Owners::default();
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     {
-        let ready = ready.clone();
+        let (ready, layout, owners, log, done, workers) = (ready.clone(), layout.clone(), owners.clone(), log.clone(), done.clone(), opts.workload.workers);
         // Half the seeds run the namespace without a lock-delay, half with the default.
         let lock_delay_ms = (dice.range(0, 2) == 0).then_some(0);
+        let moves = (!layout.registry.is_empty()).then(|| Dice::new(dice.next()));
         sim.client("admin", async move {
-            Workload::admin(ready, lock_delay_ms).await?;
+            match moves {
+                None => {
+                    // No registry: the owner is known, not observed (no line).
+                    let _ = owners.saw(OwnerSeen {
+                        ns: workload::NS,
+                        shard: workload::SHARD,
+                        region: workload::REGION,
+                        cell: workload::CELL,
+                        epoch: 1,
+                        to_cell: "",
+                    });
+                    Workload::admin(&layout, ready, lock_delay_ms).await?;
+                }
+                Some(moves) => regions::admin(&layout, ready, lock_delay_ms, moves, owners, log, done, workers).await?,
+            }
             Ok(())
         });
     }
@@ -210,13 +329,16 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
     for w in 0..opts.workload.workers {
         let (ready, log, grants, workload, resource, held, seed) =
             (ready.clone(), log.clone(), grants.clone(), opts.workload.clone(), resource.clone(), held.clone(), opts.seed);
+        let (endpoints, owners, done) = (layout.lock_endpoints(), owners.clone(), done.clone());
         sim.client(workload::worker_host(w), async move {
-            workload.run_worker(w, seed, ready, log, grants, resource, held).await?;
+            let ends = workload.run_worker(w, seed, endpoints, owners, ready, log, grants, resource, held).await;
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ends?;
             Ok(())
         });
     }
 
-    let mut faults = workload::Faults::new(opts.faults, opts.workload.workers, held, &mut dice);
+    let mut faults = workload::Faults::new(opts.faults, &layout, opts.workload.workers, held, &mut dice);
     let result = loop {
         match sim.step() {
             Ok(true) => break Ok(()),
@@ -231,6 +353,10 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
     let history = log.take();
     let report = check(&history);
     Ok(Outcome { seed: opts.seed, history, report, simulated, grants: grants.load(std::sync::atomic::Ordering::Relaxed) })
+}
+
+fn memory_disk() -> Result<holdfast_raft::MemoryDisk, String> {
+    holdfast_raft::MemoryDisk::new().map_err(|e| e.to_string())
 }
 
 pub(crate) fn fault(log: &Log, at: Duration, kind: FaultKind, target: String) {

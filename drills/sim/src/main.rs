@@ -1,6 +1,7 @@
-//! `holdfast-sim --seeds N [--from S] | --seed S [--history FILE] [--no-faults]
-//! [--plant BUG]`: runs seeds of the simulation (docs/simulation.md) and reports each
-//! one the checker flags, with the command that replays it. Exit status 1 if any seed
+//! `holdfast-sim --seeds N [--from S] | --seed S [--history FILE] [--moves]
+//! [--no-faults] [--plant BUG]`: runs seeds of the simulation (docs/simulation.md) and
+//! reports each one the checker flags, with the command that replays it. `--moves`:
+//! two cells, the registry and a gateway, the shard moving between the cells. Exit status 1 if any seed
 //! fails. With `--plant`, every node runs that planted bug (debug builds); with
 //! `--until-found` (implied by `--plant`) the run stops at the first failing seed and
 //! says how many seeds it took — exit status 0 then, 1 if no seed failed.
@@ -21,25 +22,29 @@ impl tracing_subscriber::fmt::time::FormatTime for SimTime {
 }
 
 /// The command that replays `seed` exactly.
-fn replay(seed: u64, faults: bool, plant: &Option<String>) -> String {
+fn replay(seed: u64, opts: &Options) -> String {
     let mut c = format!("scripts/simulate.sh --seed {seed}");
-    if !faults {
+    if opts.moves {
+        c.push_str(" --moves");
+    }
+    if !opts.faults {
         c.push_str(" --no-faults");
     }
-    if let Some(p) = plant {
+    if let Some(p) = &opts.plant {
         c.push_str(&format!(" --plant {p}"));
     }
     c
 }
 
 fn usage() -> ! {
-    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--no-faults] [--plant BUG] [--until-found]");
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found]");
     std::process::exit(2)
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (mut seeds, mut from, mut one, mut history, mut faults, mut plant, mut until_found) = (None, 0u64, None, None, true, None, false);
+    let (mut seeds, mut from, mut one, mut history, mut until_found) = (None, 0u64, None, None, false);
+    let mut base = Options::new(0);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut num = || it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or_else(|| usage());
@@ -48,9 +53,10 @@ fn main() {
             "--from" => from = num(),
             "--seed" => one = Some(num()),
             "--history" => history = Some(it.next().cloned().unwrap_or_else(|| usage())),
-            "--no-faults" => faults = false,
+            "--no-faults" => base.faults = false,
+            "--moves" => base.moves = true,
             "--plant" => {
-                plant = Some(it.next().cloned().unwrap_or_else(|| usage()));
+                base.plant = Some(it.next().cloned().unwrap_or_else(|| usage()));
                 until_found = true;
             }
             "--until-found" => until_found = true,
@@ -72,7 +78,7 @@ fn main() {
             let secs = started.elapsed().as_secs_f64();
             println!("... {i} seeds, {} failed, {:.2} seeds/s", failed.len(), i as f64 / secs);
         }
-        let opts = Options { faults, plant: plant.clone(), ..Options::new(seed) };
+        let opts = Options { seed, ..base.clone() };
         match run(&opts) {
             Ok(o) => {
                 simulated += o.simulated.as_millis();
@@ -91,7 +97,7 @@ fn main() {
                     failed.push(seed);
                     if until_found {
                         println!("found by seed {seed}: {} seeds run", i + 1);
-                        println!("replay: {}", replay(seed, faults, &plant));
+                        println!("replay: {}", replay(seed, &base));
                         return;
                     }
                 } else if list.len() == 1 {
@@ -103,7 +109,7 @@ fn main() {
                 failed.push(seed);
                 if until_found {
                     println!("found by seed {seed} (the run itself failed): {} seeds run", i + 1);
-                    println!("replay: {}", replay(seed, faults, &plant));
+                    println!("replay: {}", replay(seed, &base));
                     return;
                 }
             }
@@ -118,7 +124,7 @@ fn main() {
         list.len() as f64 / secs
     );
     for &s in &failed {
-        println!("replay: {}", replay(s, faults, &plant));
+        println!("replay: {}", replay(s, &base));
     }
     if until_found {
         println!("NOT found in {} seeds", list.len());

@@ -1,10 +1,11 @@
 //! The workload (workers taking one lock through the SDK and writing through the
 //! fencing helper) and the fault schedule, both drawn from the seed.
 
-use crate::{fault, host, Dice, Log, CLIENT_PORT, NODES};
+use crate::{fault, Dice, Layout, Log, CLIENT_PORT};
 use holdfast_client::{AcquireOptions, Client, ClientConfig, SessionOptions};
 use holdfast_core::{CellId, FencingToken, LockName, NamespaceName, RegionId};
 use holdfast_drills::history::{EventKind, FaultKind, LockKey, SessionRef};
+use holdfast_drills::observe::Owners;
 use holdfast_fence::{FencedStore, LockId, MemoryFence};
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
@@ -17,8 +18,8 @@ pub(crate) const CELL: &str = "sim-1";
 /// The longest a message takes on a healthy link.
 pub(crate) const MAX_LATENCY: Duration = Duration::from_millis(5);
 pub(crate) const REGION: &str = "sim";
-const NS: &str = "sim";
-const SHARD: &str = "default";
+pub(crate) const NS: &str = "sim";
+pub(crate) const SHARD: &str = "default";
 const LOCK: &str = "ledger";
 
 /// What the workers do.
@@ -38,27 +39,29 @@ impl Default for Workload {
     }
 }
 
-fn endpoints() -> Vec<String> {
-    (1..=NODES).map(|n| format!("{}:{CLIENT_PORT}", host(n))).collect()
+/// The simulation's namespace (`lock_delay_ms`: `None` is the default).
+pub(crate) fn namespace(lock_delay_ms: Option<u64>) -> apb::NamespaceConfig {
+    apb::NamespaceConfig {
+        name: NS.into(),
+        owner: "sim".into(),
+        intent: holdfast_proto::lock::v1::Intent::Correctness as i32,
+        ttl_min_ms: 500,
+        ttl_max_ms: 60_000,
+        lock_delay_ms,
+        version: 1,
+        ..Default::default()
+    }
 }
 
 /// The cell serves the namespace's shard once its leader applied the namespace and
-/// adopted the shard (there is no registry in this simulation; epoch 1 throughout).
-async fn adopt(transport: &Transport, lock_delay_ms: Option<u64>) -> Result<(), String> {
+/// adopted the shard (no registry: epoch 1 throughout).
+async fn adopt(transport: &Transport, layout: &Layout, lock_delay_ms: Option<u64>) -> Result<(), String> {
     for attempt in 0.. {
-        for ep in endpoints() {
+        for host in &layout.cells[0].hosts {
+            let ep = format!("{host}:{CLIENT_PORT}");
             let Ok(ch) = transport.channel(&ep) else { continue };
             let mut admin = CellAdminClient::new(ch);
-            let config = apb::NamespaceConfig {
-                name: NS.into(),
-                owner: "sim".into(),
-                intent: holdfast_proto::lock::v1::Intent::Correctness as i32,
-                ttl_min_ms: 500,
-                ttl_max_ms: 60_000,
-                lock_delay_ms,
-                version: 1,
-                ..Default::default()
-            };
+            let config = namespace(lock_delay_ms);
             let adopted = async {
                 admin.apply_namespace(apb::ApplyNamespaceRequest { config: Some(config) }).await?;
                 admin.adopt_shard(apb::AdoptShardRequest { ns: NS.into(), shard: SHARD.into(), epoch: 1, delayed_locks: vec![] }).await
@@ -103,19 +106,22 @@ impl Workload {
     /// `lock_delay_ms` is the namespace's (`None`: the default). Without a lock-delay,
     /// a lock that expired under a cut-off worker goes to the next one at once, and the
     /// cut-off worker's late write meets the fence.
-    pub(crate) async fn admin(ready: Ready, lock_delay_ms: Option<u64>) -> Result<(), String> {
+    pub(crate) async fn admin(layout: &Layout, ready: Ready, lock_delay_ms: Option<u64>) -> Result<(), String> {
         let transport = Transport::over(Default::default(), Arc::new(crate::net::SimNetwork));
-        adopt(&transport, lock_delay_ms).await?;
+        adopt(&transport, layout, lock_delay_ms).await?;
         ready.store(true, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Worker `w`'s host: an SDK client of its own, taking the lock `rounds` times.
+    /// Worker `w`'s host: an SDK client of its own (calling `endpoints`), taking the
+    /// lock `rounds` times.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_worker(
         self,
         w: u64,
         seed: u64,
+        endpoints: Vec<String>,
+        owners: Owners,
         ready: Ready,
         log: Log,
         grants: Arc<AtomicUsize>,
@@ -126,7 +132,8 @@ impl Workload {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let transport = Transport::over(Default::default(), Arc::new(crate::net::SimNetwork));
-        self.worker(w, Dice::new(seed.wrapping_add(w + 1)), &transport, &log, &grants, &resource, &held).await
+        let client = Client::connect_via(&transport, &endpoints, ClientConfig::default()).await.map_err(|e| e.to_string())?;
+        self.worker(w, Dice::new(seed.wrapping_add(w + 1)), &client, &owners, &log, &grants, &resource, &held).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -134,13 +141,13 @@ impl Workload {
         &self,
         w: u64,
         mut dice: Dice,
-        transport: &Transport,
+        client: &Client,
+        owners: &Owners,
         log: &Log,
         grants: &AtomicUsize,
         resource: &MemoryFence,
         held: &Holding,
     ) -> Result<(), String> {
-        let client = Client::connect_via(transport, &endpoints(), ClientConfig::default()).await.map_err(|e| e.to_string())?;
         let names = Names::new()?;
         for round in 0..self.rounds {
             let session = match client.create_session(SessionOptions::new(NS, SHARD, self.ttl).label(format!("worker-{w}"))).await {
@@ -151,7 +158,8 @@ impl Workload {
                     continue;
                 }
             };
-            let sref = SessionRef { cell: names.cell.clone(), id: session.id() };
+            // The session's cell: the shard's owner at the session's epoch.
+            let sref = SessionRef { cell: names.cell(owners, session.epoch().0).0, id: session.id() };
             let op = log.next_op();
             log.record(EventKind::GrantInvoked { op, lock: names.lock.clone(), session: sref.clone() });
             match session.acquire(LOCK, AcquireOptions::new().wait(Duration::from_secs(5))).await {
@@ -159,14 +167,8 @@ impl Workload {
                     let token = lock.token();
                     grants.fetch_add(1, Ordering::Relaxed);
                     holding(held, w, true);
-                    log.record(EventKind::GrantOk {
-                        op,
-                        lock: names.lock.clone(),
-                        session: sref.clone(),
-                        token,
-                        region: names.region.clone(),
-                        cell: names.cell.clone(),
-                    });
+                    let (cell, region) = names.cell(owners, token.epoch().0);
+                    log.record(EventKind::GrantOk { op, lock: names.lock.clone(), session: sref.clone(), token, region, cell });
                     // Now and then a long hold: if the worker is cut off meanwhile, its
                     // session expires under it, another worker takes the lock, and this
                     // write comes late with the old token (the fence must refuse it).
@@ -208,8 +210,6 @@ fn write(log: &Log, resource: &MemoryFence, names: &Names, token: FencingToken) 
 struct Names {
     lock: LockKey,
     id: LockId,
-    cell: CellId,
-    region: RegionId,
 }
 
 impl Names {
@@ -218,27 +218,46 @@ impl Names {
         Ok(Names {
             lock: LockKey { ns: NamespaceName::new(NS).map_err(e)?, name: LockName::new(LOCK).map_err(e)? },
             id: LockId::parse(&format!("{NS}/{SHARD}/{LOCK}")).map_err(e)?,
-            cell: CellId::new(CELL).map_err(e)?,
-            region: RegionId::new(REGION).map_err(e)?,
         })
+    }
+
+    /// The cell (and its region) that served the shard at `epoch`.
+    fn cell(&self, owners: &Owners, epoch: u32) -> (CellId, RegionId) {
+        let (cell, region) = owners.at(NS, SHARD, epoch);
+        let unknown = || (CellId::new("unknown").expect("a valid name"), RegionId::new("unknown").expect("a valid name"));
+        match (CellId::new(cell), RegionId::new(region)) {
+            (Ok(c), Ok(r)) => (c, r),
+            _ => unknown(),
+        }
     }
 }
 
 /// The fault schedule: at seeded times, one fault, healed a seeded while later:
-/// - a cell node cut off from the other two (both directions; half the time from the
-///   workers too: a leader cut off from its followers may still answer them);
-/// - a cell node crashed, restarted later on its memory disk;
-/// - a cell node whose messages are lost while it still hears everyone (one way);
-/// - every message to and from a cell node held, then delivered at once (what its
-///   peers see of a paused process);
-/// - a cell node's links slowed to up to 50–400 ms a message;
-/// - a worker (one holding the lock, if any) cut off from every cell node for longer
-///   than its session's TTL: its renewals stop, and a lock it holds expires under it.
+/// - a Raft node (a cell's or the registry's) cut off from the other nodes (both
+///   directions; half the time from the workers and the gateway too: a leader cut off
+///   from its followers may still answer them);
+/// - a node crashed, restarted later on its memory disk;
+/// - a node whose messages are lost while it still hears everyone (one way);
+/// - every message to and from a node held, then delivered at once (what its peers
+///   see of a paused process);
+/// - a node's links slowed to up to 50–400 ms a message;
+/// - a worker (one holding the lock, if any) cut off from every server for longer
+///   than its session's TTL: its renewals stop, and a lock it holds expires under it;
+/// - with moves, a whole cell cut off from the registry for 3–8 s (longer than its
+///   ownership lease) while it keeps its quorum, the gateway and the workers.
 ///
-/// At most one fault at a time, so the cell keeps a quorum and the workload progresses.
+/// At most one fault at a time, so every group keeps a quorum and the workload
+/// progresses.
 pub(crate) struct Faults {
     on: bool,
-    workers: u64,
+    /// The Raft nodes, which node faults hit.
+    nodes: Vec<String>,
+    /// The hosts in front of them (the gateway), if any.
+    front: Vec<String>,
+    /// The cells (name, hosts) and the registry's hosts, with moves.
+    cells: Vec<(String, Vec<String>)>,
+    registry: Vec<String>,
+    workers: Vec<String>,
     held: Holding,
     next_ms: u64,
     /// The fault now in force: its kind, its target host.
@@ -246,12 +265,27 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    pub(crate) fn new(on: bool, workers: u64, held: Holding, dice: &mut Dice) -> Faults {
-        Faults { on, workers, held, next_ms: dice.range(1_000, 4_000), current: None }
+    pub(crate) fn new(on: bool, layout: &Layout, workers: u64, held: Holding, dice: &mut Dice) -> Faults {
+        Faults {
+            on,
+            nodes: layout.nodes(),
+            front: layout.front(),
+            cells: layout.cells.iter().map(|c| (c.name.to_owned(), c.hosts.clone())).collect(),
+            registry: layout.registry.clone(),
+            workers: (0..workers).map(worker_host).collect(),
+            held,
+            next_ms: dice.range(1_000, 4_000),
+            current: None,
+        }
+    }
+
+    /// The hosts of cell `name`.
+    fn cell_hosts(&self, name: &str) -> Vec<String> {
+        self.cells.iter().find(|(c, _)| c == name).map(|(_, hosts)| hosts.clone()).unwrap_or_default()
     }
 
     fn cut(sim: &mut turmoil::Sim<'_>, name: &str, from: &[String], cut: bool) {
-        for other in from {
+        for other in from.iter().filter(|o| *o != name) {
             if cut {
                 sim.partition(name, other.as_str());
             } else {
@@ -269,74 +303,60 @@ impl Faults {
         if ms < self.next_ms {
             return;
         }
-        let cells: Vec<String> = (1..=NODES).map(host).collect();
-        let workers: Vec<String> = (0..self.workers).map(worker_host).collect();
+        let servers: Vec<String> = [self.nodes.clone(), self.front.clone()].concat();
+        let everyone: Vec<String> = [servers.clone(), self.workers.clone()].concat();
         match self.current.take() {
             Some((kind, name)) => {
-                let everyone = [cells.clone(), workers.clone()].concat();
+                let others = everyone.iter().filter(|o| **o != name);
                 match kind {
                     FaultKind::KillNode => sim.bounce(name.as_str()),
-                    FaultKind::PauseHolder => Self::cut(sim, &name, &cells, false),
-                    FaultKind::PartitionOneway => {
-                        for other in everyone.iter().filter(|o| **o != name) {
-                            sim.repair_oneway(name.as_str(), other.as_str());
-                        }
-                    }
-                    FaultKind::HoldNode => {
-                        for other in everyone.iter().filter(|o| **o != name) {
-                            sim.release(name.as_str(), other.as_str());
-                        }
-                    }
-                    FaultKind::SlowNode => {
-                        for other in everyone.iter().filter(|o| **o != name) {
-                            sim.set_link_max_message_latency(name.as_str(), other.as_str(), MAX_LATENCY);
-                        }
-                    }
+                    FaultKind::PauseHolder => Self::cut(sim, &name, &servers, false),
+                    FaultKind::PartitionOneway => others.for_each(|o| sim.repair_oneway(name.as_str(), o.as_str())),
+                    FaultKind::HoldNode => others.for_each(|o| sim.release(name.as_str(), o.as_str())),
+                    FaultKind::SlowNode => others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), MAX_LATENCY)),
+                    FaultKind::CutFromRegistry => self.cell_hosts(&name).iter().for_each(|h| Self::cut(sim, h, &self.registry, false)),
                     _ => Self::cut(sim, &name, &everyone, false),
                 }
                 fault(log, now, FaultKind::Heal, name);
                 self.next_ms = ms + dice.range(500, 3_000);
             }
             None => {
-                let node = host(dice.range(1, NODES + 1));
-                let (kind, name, lasts) = match dice.range(0, 9) {
+                let node = self.nodes[dice.range(0, self.nodes.len() as u64) as usize].clone();
+                // With a registry, one fault in ten cuts a whole cell off from it.
+                let kinds = if self.registry.is_empty() { 9 } else { 10 };
+                let (kind, name, lasts) = match dice.range(0, kinds) {
                     0 | 1 => (FaultKind::PartitionRegion, node, dice.range(500, 4_000)),
                     2 => (FaultKind::KillNode, node, dice.range(500, 4_000)),
                     3 => (FaultKind::PartitionOneway, node, dice.range(500, 4_000)),
                     4 => (FaultKind::HoldNode, node, dice.range(500, 3_000)),
                     5 => (FaultKind::SlowNode, node, dice.range(1_000, 5_000)),
+                    9 => {
+                        let cell = self.cells[dice.range(0, self.cells.len() as u64) as usize].0.clone();
+                        (FaultKind::CutFromRegistry, cell, dice.range(3_000, 8_000))
+                    }
                     _ => {
                         // A worker holding the lock if there is one, else any.
                         let holders: Vec<u64> = self.held.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect();
-                        let w = if holders.is_empty() { dice.range(0, self.workers) } else { holders[dice.range(0, holders.len() as u64) as usize] };
+                        let w =
+                            if holders.is_empty() { dice.range(0, self.workers.len() as u64) } else { holders[dice.range(0, holders.len() as u64) as usize] };
                         (FaultKind::PauseHolder, worker_host(w), dice.range(2_500, 5_000))
                     }
                 };
-                let others: Vec<String> = [cells.clone(), workers.clone()].concat().into_iter().filter(|o| *o != name).collect();
+                let others = everyone.iter().filter(|o| **o != name);
                 match kind {
                     FaultKind::KillNode => sim.crash(name.as_str()),
-                    FaultKind::PauseHolder => Self::cut(sim, &name, &cells, true),
-                    FaultKind::PartitionOneway => {
-                        for other in &others {
-                            sim.partition_oneway(name.as_str(), other.as_str());
-                        }
-                    }
-                    FaultKind::HoldNode => {
-                        for other in &others {
-                            sim.hold(name.as_str(), other.as_str());
-                        }
-                    }
+                    FaultKind::PauseHolder => Self::cut(sim, &name, &servers, true),
+                    FaultKind::PartitionOneway => others.for_each(|o| sim.partition_oneway(name.as_str(), o.as_str())),
+                    FaultKind::HoldNode => others.for_each(|o| sim.hold(name.as_str(), o.as_str())),
                     FaultKind::SlowNode => {
                         let slow = Duration::from_millis(dice.range(50, 400));
-                        for other in &others {
-                            sim.set_link_max_message_latency(name.as_str(), other.as_str(), slow);
-                        }
+                        others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), slow));
                     }
+                    FaultKind::CutFromRegistry => self.cell_hosts(&name).iter().for_each(|h| Self::cut(sim, h, &self.registry, true)),
                     _ => {
-                        let peers: Vec<String> = cells.iter().filter(|c| **c != name).cloned().collect();
-                        Self::cut(sim, &name, &peers, true);
+                        Self::cut(sim, &name, &self.nodes, true);
                         if dice.range(0, 2) == 0 {
-                            Self::cut(sim, &name, &workers, true);
+                            Self::cut(sim, &name, &[self.front.clone(), self.workers.clone()].concat(), true);
                         }
                     }
                 }
