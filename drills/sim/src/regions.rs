@@ -188,8 +188,8 @@ impl Watch {
 }
 
 /// The admin host: the registry's records, then a move every few seconds until the
-/// workers are done, each waited for to complete. The shard's owner is read every
-/// 50 ms throughout.
+/// workers are done, each started only once the shard is active again. The shard's
+/// owner is read every 50 ms throughout, the cells' served shards every 300 ms.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn admin(
     layout: &Layout,
@@ -206,8 +206,9 @@ pub(crate) async fn admin(
     let transport = Transport::over(Default::default(), Arc::new(crate::net::SimNetwork));
     let mut watch = Watch { log: log.clone(), owners, layout: layout.clone(), seen: None, serving: Serving::default(), transport };
     let finished = || done.load(Ordering::Relaxed) >= workers;
-    // The workers start once the first cell serves the shard (its owner, epoch 1,
-    // seen here; the gateway routes there once its watch shows it).
+    // The workers start once the registry shows the shard placed. The cell adopts it
+    // at its next renewal and the gateway routes there once its watch shows it; an
+    // session asked for before that fails, and its worker goes on to its next round.
     loop {
         if let Ok(o) = reg.owner().await {
             watch.saw(&o);
