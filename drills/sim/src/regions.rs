@@ -207,7 +207,7 @@ pub(crate) async fn admin(
     let mut watch = Watch { log: log.clone(), owners, layout: layout.clone(), seen: None, serving: Serving::default(), transport };
     let finished = || done.load(Ordering::Relaxed) >= workers;
     // The workers start once the registry shows the shard placed. The cell adopts it
-    // at its next renewal and the gateway routes there once its watch shows it; an
+    // at its next renewal and the gateway routes there once its watch shows it; a
     // session asked for before that fails, and its worker goes on to its next round.
     loop {
         if let Ok(o) = reg.owner().await {
