@@ -250,13 +250,8 @@ impl Names {
 /// progresses.
 pub(crate) struct Faults {
     on: bool,
-    /// The Raft nodes, which node faults hit.
-    nodes: Vec<String>,
-    /// The hosts in front of them (the gateway), if any.
-    front: Vec<String>,
-    /// The cells (name, hosts) and the registry's hosts, with moves.
-    cells: Vec<(String, Vec<String>)>,
-    registry: Vec<String>,
+    /// The hosts: its Raft nodes are what node faults hit.
+    layout: Layout,
     workers: Vec<String>,
     held: Holding,
     next_ms: u64,
@@ -266,22 +261,12 @@ pub(crate) struct Faults {
 
 impl Faults {
     pub(crate) fn new(on: bool, layout: &Layout, workers: u64, held: Holding, dice: &mut Dice) -> Faults {
-        Faults {
-            on,
-            nodes: layout.nodes(),
-            front: layout.front(),
-            cells: layout.cells.iter().map(|c| (c.name.to_owned(), c.hosts.clone())).collect(),
-            registry: layout.registry.clone(),
-            workers: (0..workers).map(worker_host).collect(),
-            held,
-            next_ms: dice.range(1_000, 4_000),
-            current: None,
-        }
+        Faults { on, layout: layout.clone(), workers: (0..workers).map(worker_host).collect(), held, next_ms: dice.range(1_000, 4_000), current: None }
     }
 
     /// The hosts of cell `name`.
-    fn cell_hosts(&self, name: &str) -> Vec<String> {
-        self.cells.iter().find(|(c, _)| c == name).map(|(_, hosts)| hosts.clone()).unwrap_or_default()
+    fn cell_hosts(&self, name: &str) -> &[String] {
+        self.layout.cells.iter().find(|c| c.name == name).map_or(&[], |c| c.hosts.as_slice())
     }
 
     fn cut(sim: &mut turmoil::Sim<'_>, name: &str, from: &[String], cut: bool) {
@@ -303,7 +288,8 @@ impl Faults {
         if ms < self.next_ms {
             return;
         }
-        let servers: Vec<String> = [self.nodes.clone(), self.front.clone()].concat();
+        let (nodes, front, registry) = (self.layout.nodes(), self.layout.front(), &self.layout.registry);
+        let servers: Vec<String> = [nodes.clone(), front.clone()].concat();
         let everyone: Vec<String> = [servers.clone(), self.workers.clone()].concat();
         match self.current.take() {
             Some((kind, name)) => {
@@ -314,16 +300,16 @@ impl Faults {
                     FaultKind::PartitionOneway => others.for_each(|o| sim.repair_oneway(name.as_str(), o.as_str())),
                     FaultKind::HoldNode => others.for_each(|o| sim.release(name.as_str(), o.as_str())),
                     FaultKind::SlowNode => others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), MAX_LATENCY)),
-                    FaultKind::CutFromRegistry => self.cell_hosts(&name).iter().for_each(|h| Self::cut(sim, h, &self.registry, false)),
+                    FaultKind::CutFromRegistry => self.cell_hosts(&name).iter().for_each(|h| Self::cut(sim, h, registry, false)),
                     _ => Self::cut(sim, &name, &everyone, false),
                 }
                 fault(log, now, FaultKind::Heal, name);
                 self.next_ms = ms + dice.range(500, 3_000);
             }
             None => {
-                let node = self.nodes[dice.range(0, self.nodes.len() as u64) as usize].clone();
+                let node = nodes[dice.range(0, nodes.len() as u64) as usize].clone();
                 // With a registry, one fault in ten cuts a whole cell off from it.
-                let kinds = if self.registry.is_empty() { 9 } else { 10 };
+                let kinds = if registry.is_empty() { 9 } else { 10 };
                 let (kind, name, lasts) = match dice.range(0, kinds) {
                     0 | 1 => (FaultKind::PartitionRegion, node, dice.range(500, 4_000)),
                     2 => (FaultKind::KillNode, node, dice.range(500, 4_000)),
@@ -331,7 +317,7 @@ impl Faults {
                     4 => (FaultKind::HoldNode, node, dice.range(500, 3_000)),
                     5 => (FaultKind::SlowNode, node, dice.range(1_000, 5_000)),
                     9 => {
-                        let cell = self.cells[dice.range(0, self.cells.len() as u64) as usize].0.clone();
+                        let cell = self.layout.cells[dice.range(0, self.layout.cells.len() as u64) as usize].name.to_owned();
                         (FaultKind::CutFromRegistry, cell, dice.range(3_000, 8_000))
                     }
                     _ => {
@@ -352,11 +338,11 @@ impl Faults {
                         let slow = Duration::from_millis(dice.range(50, 400));
                         others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), slow));
                     }
-                    FaultKind::CutFromRegistry => self.cell_hosts(&name).iter().for_each(|h| Self::cut(sim, h, &self.registry, true)),
+                    FaultKind::CutFromRegistry => self.cell_hosts(&name).iter().for_each(|h| Self::cut(sim, h, registry, true)),
                     _ => {
-                        Self::cut(sim, &name, &self.nodes, true);
+                        Self::cut(sim, &name, &nodes, true);
                         if dice.range(0, 2) == 0 {
-                            Self::cut(sim, &name, &[self.front.clone(), self.workers.clone()].concat(), true);
+                            Self::cut(sim, &name, &[front, self.workers.clone()].concat(), true);
                         }
                     }
                 }
