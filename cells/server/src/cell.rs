@@ -5,7 +5,7 @@
 
 use crate::machine::{CellMachine, Hooks};
 use crate::ownership::OwnershipLease;
-use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, Outcome};
+use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, Outcome, RESERVE_BLOCK, RESERVE_LOW_WATER};
 use holdfast_core::{ErrorCode, RequestId, SessionId, ShardKey};
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
@@ -31,6 +31,8 @@ pub struct Cell {
     /// The registry, where a break-lock is written to the durable audit log before it
     /// happens; `None` in admin mode (the shard's own break records only).
     pub(crate) audit: Option<Upstream>,
+    /// One token reservation for the volatile table at a time (`Cell::reserve`).
+    pub(crate) reserving: tokio::sync::Mutex<()>,
 }
 
 impl Cell {
@@ -53,6 +55,81 @@ impl Cell {
     /// Runs `f` on a lock table that includes every write committed before this call.
     pub async fn read<T>(&self, f: impl FnOnce(&CellState) -> T) -> Result<T, Status> {
         self.group.read(|m| f(m.state())).await
+    }
+
+    /// Whether the locks of `shard` live in the leader's memory: its namespace's intent
+    /// is efficiency (docs/semantics.md).
+    pub fn in_memory(&self, shard: &ShardKey) -> bool {
+        self.group.state().read(|m| m.state().served_from_memory(&shard.ns))
+    }
+
+    /// [`Cell::read`] on the table that holds `shard`'s locks: the replicated one, or
+    /// for an efficiency namespace the leader's volatile table, read while this node
+    /// holds its leader lease.
+    pub async fn read_locks<T>(&self, shard: &ShardKey, f: impl FnOnce(&CellState) -> T) -> Result<T, Status> {
+        if !self.in_memory(shard) {
+            return self.read(f).await;
+        }
+        self.lease_check().await?;
+        self.hooks.read_volatile(f).ok_or_else(volatile_not_built)
+    }
+
+    /// The table that holds `shard`'s locks, as applied now (no leader check): for
+    /// checks made before a command is applied, and for catching up a Watch.
+    pub fn locks_now<T>(&self, shard: &ShardKey, f: impl FnOnce(&CellState) -> T) -> Option<T> {
+        if self.in_memory(shard) {
+            return self.hooks.read_volatile(f);
+        }
+        Some(self.group.state().read(|m| f(m.state())))
+    }
+
+    /// Applies a lock command where its lock lives: proposed to the log, or, for an
+    /// efficiency namespace, applied to the leader's volatile table with no log write
+    /// (after the same checks: this node holds its leader lease, and the table has
+    /// tokens reserved). Same answers as [`Cell::propose`].
+    pub async fn submit(&self, leader: Leader, cmd: Command) -> Result<Result<Outcome, CellError>, Status> {
+        let Some(shard) = self.volatile_target(&cmd) else { return self.propose(leader, cmd).await };
+        let leader = self.lease_check().await?;
+        self.reserve(leader, &shard).await?;
+        self.hooks.apply_volatile(&Entry::new(wall_clock_ms(), cmd)).map(|a| a.result).ok_or_else(volatile_not_built)
+    }
+
+    /// The shard whose volatile table `cmd` goes to; `None`: it goes to the log.
+    fn volatile_target(&self, cmd: &Command) -> Option<ShardKey> {
+        match cmd {
+            Command::Acquire { shard, .. } | Command::EndHold { shard, .. } | Command::LiftLockDelay { shard, .. } | Command::BreakLock { shard, .. } => {
+                self.in_memory(shard).then(|| shard.clone())
+            }
+            // A hold the log granted (before this namespace was served from memory) is
+            // released through the log.
+            Command::Release { shard, name, token } => {
+                let logged = self.group.state().read(|m| m.state().holder_session(shard, name, *token)).is_some();
+                (!logged && self.in_memory(shard)).then(|| shard.clone())
+            }
+            Command::CancelWait { session, request_id } => self.hooks.read_volatile(|t| t.waiting_shard(*session, request_id).cloned()).flatten(),
+            _ => None,
+        }
+    }
+
+    /// Keeps the volatile table's reserved tokens of `shard` above the low-water mark:
+    /// one `ReserveTokens` write per `RESERVE_BLOCK` grants, one at a time.
+    async fn reserve(&self, leader: Leader, shard: &ShardKey) -> Result<(), Status> {
+        let low = || self.hooks.read_volatile(|t| t.headroom(shard)).flatten().filter(|(_, left)| *left < RESERVE_LOW_WATER);
+        if low().is_none() {
+            return Ok(());
+        }
+        let _one = self.reserving.lock().await;
+        // Checked again: the reservation this call waited behind may have been enough.
+        let Some((epoch, _)) = low() else { return Ok(()) };
+        match self.propose(leader, Command::ReserveTokens { shard: shard.clone(), epoch, count: RESERVE_BLOCK }).await? {
+            Ok(Outcome::Reserved { epoch, from, through }) => {
+                // Not taken if the shard moved meanwhile: the table then answers NOT_OWNER.
+                self.hooks.take_reservation(shard, epoch, from, through);
+                Ok(())
+            }
+            Ok(other) => Err(status(ErrorCode::Unavailable, format!("internal: unexpected outcome {other:?}"))),
+            Err(e) => Err(cell_status(&e)),
+        }
     }
 
     /// Asked before proposing anything that can grant or end a hold in `shard`: does
@@ -84,10 +161,12 @@ impl Cell {
             | Command::LiftLockDelay { shard, .. }
             | Command::BreakLock { shard, .. } => shard.clone(),
             Command::CloseSession { session } | Command::ExpireSession { session } | Command::CancelWait { session, .. } => {
-                match self.group.state().read(|m| m.state().session(*session)) {
-                    Some(v) if v.holds + v.waits > 0 => v.home,
-                    // Nothing held or queued: taking it away grants nothing.
-                    _ => return Ok(()),
+                let busy = |t: &CellState| t.session(*session).filter(|v| v.holds + v.waits > 0).map(|v| v.home);
+                match self.group.state().read(|m| busy(m.state())).or_else(|| self.hooks.read_volatile(busy).flatten()) {
+                    Some(home) => home,
+                    // Nothing held or queued, in the log or in memory: taking it away
+                    // grants nothing.
+                    None => return Ok(()),
                 }
             }
             _ => return Ok(()),
@@ -143,6 +222,12 @@ impl Cell {
     pub async fn lease_check(&self) -> Result<Leader, Status> {
         self.group.lease_check().await
     }
+}
+
+/// Between an election and the leader building its volatile table, or after it
+/// stopped leading: the caller retries and finds the leader.
+fn volatile_not_built() -> Status {
+    status(ErrorCode::Unavailable, "this node is not serving efficiency locks from memory (not leading, or just elected); retry")
 }
 
 /// The one mapping of lock-table refusals to gRPC statuses.

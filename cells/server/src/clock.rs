@@ -21,7 +21,7 @@
 //!
 //! Why that bounds a dead session: see `docs/sessions.md`.
 
-use holdfast_cell_state::{Applied, CellState, Command, EventKind};
+use holdfast_cell_state::{Applied, CellState, Command, Event, EventKind};
 use holdfast_core::{FencingToken, LockName, NamespaceName, RequestId, SessionId, ShardKey};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -276,7 +276,14 @@ impl LeaseClock {
             }
             _ => {}
         }
-        for ev in &applied.events {
+        self.on_events(now, &applied.events, state);
+    }
+
+    /// Keeps the hold, lock-delay and wait timers in step with events of the table
+    /// `state` (the replicated one, or the leader's volatile table of efficiency
+    /// namespaces, `volatile.rs` of the lock table), after they were applied.
+    pub fn on_events(&mut self, now: Instant, events: &[Event], state: &CellState) {
+        for ev in events {
             match &ev.kind {
                 EventKind::Acquired { token, .. } => {
                     self.waits.remove(&(ev.session, ev.request_id.clone()));

@@ -23,16 +23,21 @@ pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, shutdown: Cance
         install_clock(&cell, checkpoint_interval);
         info!(node_id = cell.group.node_id(), term, "leader duties started: session countdowns resumed");
         duties(&cell, term, checkpoint_interval, &shutdown).await;
+        // Efficiency locks held in this leader's memory are gone with it
+        // (docs/semantics.md): the next leader starts with none.
+        *cell.hooks.volatile.lock().expect("volatile lock") = None;
         *cell.hooks.clock.lock().expect("clock lock") = None;
         info!(node_id = cell.group.node_id(), term, "leader duties stopped");
     }
 }
 
-/// Builds this leader's clock from the applied state (rule 4). Done under the state's
-/// read lock, which every apply holds for writing, so no entry falls between the
-/// state the clock was built from and the first `on_applied` it sees.
+/// Builds this leader's clock from the applied state (rule 4), and its volatile table
+/// of efficiency namespaces (no locks, every session). Done under the state's read
+/// lock, which every apply holds for writing, so no entry falls between the state they
+/// were built from and the first `on_applied` they see.
 fn install_clock(cell: &Cell, checkpoint_interval: Duration) {
     cell.group.state().read(|m| {
+        *cell.hooks.volatile.lock().expect("volatile lock") = Some(m.state().volatile());
         let mut clock = cell.hooks.clock.lock().expect("clock lock");
         let arrivals = cell.hooks.arrivals.lock().expect("arrivals lock");
         *clock = Some(LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval, &arrivals));
@@ -79,7 +84,7 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
                 metrics::gauge!(holdfast_core::metric_names::CHECKPOINT_SESSIONS).set(sessions.len() as f64);
             }
             let failed = matches!(cmd, Command::Checkpoint { .. }).then(|| cmd.clone());
-            match cell.propose(leader, cmd).await {
+            match cell.submit(leader, cmd).await {
                 Ok(Ok(_)) => {
                     if let Some(ns) = expiring_ns {
                         crate::metrics::session_expired(&ns);

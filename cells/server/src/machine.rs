@@ -5,9 +5,16 @@
 //! the same critical section as the state, so a clock and the state it was built from
 //! never disagree), the open calls of queued acquires (woken by their grant), and the
 //! broadcast that feeds Watch streams. None of them can change the replicated state.
+//!
+//! The leader's volatile table of efficiency namespaces (the lock table's
+//! `volatile.rs`) lives here too: lock commands of those namespaces are applied to it
+//! instead of being proposed, and the replicated commands it must also see (configs,
+//! shards, sessions created and ended) are applied to it right after the log applies
+//! them, so the two tables never disagree on who is alive.
 
 use crate::clock::{CheckpointArrivals, LeaseClock};
-use holdfast_cell_state::{CellState, DequeueReason, Entry, Event, EventKind};
+use holdfast_cell_state::{Applied, CellState, Command, DequeueReason, Entry, Event, EventKind};
+use holdfast_core::{Epoch, Seq, ShardKey};
 use holdfast_core::{FencingToken, RequestId, SessionId};
 use holdfast_raft::ReplicatedState;
 use std::collections::BTreeMap;
@@ -54,6 +61,9 @@ type WaiterKey = (SessionId, RequestId);
 pub struct Hooks {
     /// `Some` only while this node leads and has built its clock.
     pub clock: Mutex<Option<LeaseClock>>,
+    /// The volatile table of efficiency namespaces: `Some` only while this node leads
+    /// and has built it (with the clock). Locked before `clock` when both are taken.
+    pub volatile: Mutex<Option<CellState>>,
     /// When this node applied each session's latest checkpoint (every node keeps it,
     /// so whichever is elected next can resume countdowns from there). Locked after
     /// `clock` when both are taken.
@@ -66,7 +76,13 @@ pub struct Hooks {
 impl Hooks {
     pub fn new() -> Arc<Hooks> {
         let (events, _) = broadcast::channel(4096);
-        Arc::new(Hooks { clock: Mutex::new(None), arrivals: Mutex::new(CheckpointArrivals::default()), waiters: Mutex::new(BTreeMap::new()), events })
+        Arc::new(Hooks {
+            clock: Mutex::new(None),
+            volatile: Mutex::new(None),
+            arrivals: Mutex::new(CheckpointArrivals::default()),
+            waiters: Mutex::new(BTreeMap::new()),
+            events,
+        })
     }
 
     /// [`Hooks::arm`], with the wake-up dropped from the table however the call ends:
@@ -104,6 +120,58 @@ impl Hooks {
     /// A stream of every event applied from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
+    }
+
+    /// Applies a lock command of an efficiency namespace to the volatile table; the
+    /// leader's timers, the waiting calls and the watchers see it as they see a
+    /// committed entry. `None` while no volatile table is built (not leading).
+    pub fn apply_volatile(&self, entry: &Entry) -> Option<Applied> {
+        let mut guard = self.volatile.lock().expect("volatile lock");
+        let table = guard.as_mut()?;
+        let applied = table.apply(entry);
+        if let Some(clock) = self.clock.lock().expect("clock lock").as_mut() {
+            clock.on_applied(Instant::now(), &entry.cmd, &applied, table);
+        }
+        // Fired under the table's lock, so events reach watchers in revision order.
+        self.fire(&applied.events);
+        Some(applied)
+    }
+
+    /// Reads the volatile table; `None` while none is built.
+    pub fn read_volatile<T>(&self, f: impl FnOnce(&CellState) -> T) -> Option<T> {
+        self.volatile.lock().expect("volatile lock").as_ref().map(f)
+    }
+
+    /// Hands a committed `ReserveTokens` to the volatile table (see its
+    /// `take_reservation`). Returns whether it was taken.
+    pub fn take_reservation(&self, shard: &ShardKey, epoch: Epoch, from: Seq, through: Seq) -> bool {
+        self.volatile.lock().expect("volatile lock").as_mut().is_some_and(|t| t.take_reservation(shard, epoch, from, through))
+    }
+
+    /// Applies a committed entry to the volatile table too, if it is one the volatile
+    /// table must see: a session that ends must end its volatile holds and waits.
+    fn mirror(&self, now: Instant, entry: &Entry) {
+        let mirrored = matches!(
+            entry.cmd,
+            Command::ApplyConfig { .. }
+                | Command::AdoptShard { .. }
+                | Command::SealShard { .. }
+                | Command::CreateSession { .. }
+                | Command::CreateOwnedSession { .. }
+                | Command::CloseSession { .. }
+                | Command::ExpireSession { .. }
+        );
+        if !mirrored {
+            return;
+        }
+        let mut guard = self.volatile.lock().expect("volatile lock");
+        let Some(table) = guard.as_mut() else { return };
+        let applied = table.apply(entry);
+        if let Some(clock) = self.clock.lock().expect("clock lock").as_mut() {
+            // The command itself was already counted with the replicated apply.
+            clock.on_events(now, &applied.events, table);
+        }
+        self.fire(&applied.events);
     }
 
     fn fire(&self, events: &[Event]) {
@@ -170,6 +238,7 @@ impl ReplicatedState for CellMachine {
         self.hooks.arrivals.lock().expect("arrivals lock").on_applied(now, &entry.cmd, &applied);
         drop(clock);
         self.hooks.fire(&applied.events);
+        self.hooks.mirror(now, &entry);
         Ok(applied.encode())
     }
 
@@ -183,7 +252,9 @@ impl ReplicatedState for CellMachine {
         if self.planted {
             self.state.plant_token_reuse();
         }
-        // A clock built from the old state is wrong now; the leader task rebuilds it.
+        // A clock (and a volatile table) built from the old state is wrong now; the
+        // leader task rebuilds them.
+        *self.hooks.volatile.lock().expect("volatile lock") = None;
         let mut clock = self.hooks.clock.lock().expect("clock lock");
         *clock = None;
         self.hooks.arrivals.lock().expect("arrivals lock").clear();

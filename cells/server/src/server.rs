@@ -107,7 +107,7 @@ impl CellServer {
         let tasks = Tasks::new();
         let transport = node.transport().clone();
         let audit = (!registry.is_empty()).then(|| Upstream::new(&transport, registry.clone(), Hints::Members));
-        let cell = Arc::new(Cell { group, hooks, ownership, tasks: tasks.clone(), audit });
+        let cell = Arc::new(Cell { group, hooks, ownership, tasks: tasks.clone(), audit, reserving: tokio::sync::Mutex::new(()) });
         let router = transport
             .grpc_server()
             // A cell's own port serves the cluster (gateways, operators as root): callers

@@ -228,7 +228,7 @@ impl LockService for LockApi {
         // Armed before proposing: a grant may commit before we hear "queued".
         // Dropped (and the wake-up with it) however this call ends.
         let mut armed = (!wait.is_zero()).then(|| self.cell.hooks.arm_guarded(session, rid.clone()));
-        let outcome = self.cell.propose(leader, cmd).await;
+        let outcome = self.cell.submit(leader, cmd).await;
         // Time spent in the lock's queue: not service time (`metrics.rs`).
         let mut queue_time = Duration::ZERO;
         let granted = |token: FencingToken| {
@@ -286,13 +286,15 @@ impl LockService for LockApi {
         let name = lock_name(r.name)?;
         let leader = self.cell.assume_leader()?;
         // Only the holder's own identity releases a hold (an administrator breaks it).
-        if let Some(session) = self.cell.group.state().read(|m| m.state().holder_session(&shard, &name, FencingToken(r.token))) {
+        let token = FencingToken(r.token);
+        let holder = self.cell.group.state().read(|m| m.state().holder_session(&shard, &name, token));
+        if let Some(session) = holder.or_else(|| self.cell.hooks.read_volatile(|t| t.holder_session(&shard, &name, token)).flatten()) {
             self.cell.check_session_owner(&ctx, session)?;
         }
         // A release hands the lock to the next waiter: a grant like any other.
-        let cmd = Command::Release { shard, name, token: FencingToken(r.token) };
+        let cmd = Command::Release { shard, name, token };
         self.cell.may_propose(&cmd)?;
-        match self.cell.propose(leader, cmd).await? {
+        match self.cell.submit(leader, cmd).await? {
             Ok(_) => Ok(Response::new(pb::ReleaseResponse {})),
             Err(e) => Err(cell_status(&e)),
         }
@@ -304,7 +306,7 @@ impl LockService for LockApi {
         let name = lock_name(r.name)?;
         let (view, config) = self
             .cell
-            .read(|st| st.describe(&shard, &name).map(|v| (v, st.namespace(&shard.ns).cloned().expect("describe checked it"))))
+            .read_locks(&shard, |st| st.describe(&shard, &name).map(|v| (v, st.namespace(&shard.ns).cloned().expect("describe checked it"))))
             .await?
             .map_err(|e| cell_status(&e))?;
         let now = wall_clock_ms();
@@ -333,7 +335,7 @@ impl LockService for LockApi {
         let r = req.into_inner();
         let (shard, _) = shard_ref(r.shard)?;
         let limit = if r.limit == 0 { LIST_DEFAULT } else { (r.limit as usize).min(LIST_DEFAULT) };
-        let (locks, truncated) = self.cell.read(|st| st.list(&shard, &r.prefix, limit)).await?.map_err(|e| cell_status(&e))?;
+        let (locks, truncated) = self.cell.read_locks(&shard, |st| st.list(&shard, &r.prefix, limit)).await?.map_err(|e| cell_status(&e))?;
         let now = wall_clock_ms();
         Ok(Response::new(pb::ListResponse {
             locks: locks
@@ -378,7 +380,7 @@ impl LockService for LockApi {
         let from = Revision(r.from_revision);
         let (start, history) = self
             .cell
-            .read(|st| {
+            .read_locks(&shard, |st| {
                 let start = if from.0 == 0 { st.revision() } else { from };
                 (start, st.events_after(start, Some((&shard, &name))))
             })
@@ -405,9 +407,11 @@ impl LockService for LockApi {
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         // Fell behind the broadcast: catch up from the retained history.
-                        match cell.group.state().read(|m| m.state().events_after(last, Some((&shard, &name)))) {
-                            Ok(evs) => evs,
-                            Err(c) => {
+                        match cell.locks_now(&shard, |t| t.events_after(last, Some((&shard, &name)))) {
+                            Some(Ok(evs)) => evs,
+                            // This node stopped leading: its volatile table is gone.
+                            None => return,
+                            Some(Err(c)) => {
                                 let _ = tx.send(Ok(pb::WatchResponse { events: vec![], compact_revision: c.oldest.0 })).await;
                                 return;
                             }
@@ -431,7 +435,7 @@ impl LockService for LockApi {
         let r = req.into_inner();
         let (shard, _) = shard_ref(r.shard)?;
         let name = lock_name(r.name)?;
-        let current = self.cell.read(|st| st.check_token(&shard, &name, FencingToken(r.token))).await?.map_err(|e| cell_status(&e))?;
+        let current = self.cell.read_locks(&shard, |st| st.check_token(&shard, &name, FencingToken(r.token))).await?.map_err(|e| cell_status(&e))?;
         let status = if current { pb::TokenStatus::Current } else { pb::TokenStatus::Stale };
         Ok(Response::new(pb::CheckTokenResponse { status: status as i32 }))
     }
@@ -452,7 +456,7 @@ impl LockService for LockApi {
         self.cell.may_propose(&cmd)?;
         // Written ahead: a break the durable audit log does not record does not happen.
         self.cell.audit(&ctx, "break_lock", format!("{shard} lock {name}: {}", r.reason)).await?;
-        match self.cell.propose(leader, cmd).await? {
+        match self.cell.submit(leader, cmd).await? {
             Ok(Outcome::Broken { floor, ended }) => {
                 crate::metrics::lock_broken(&shard.ns);
                 info!(shard = %shard, lock = %name, by = %by, reason = %r.reason, ended = ?ended, floor = floor.0, "lock broken by an administrator");

@@ -46,6 +46,68 @@ async fn holder_survives_leader_kill_and_next_grant_is_larger() {
     cell.shutdown().await;
 }
 
+/// An efficiency namespace (docs/semantics.md): acquires and releases write nothing to
+/// the log, a waiter is still woken by the release, a session that ends in the log
+/// ends its holds, the locks are lost when the leader goes, and the next leader's
+/// tokens are larger than every token of the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efficiency_locks_write_no_log_are_lost_with_the_leader_and_tokens_still_grow() {
+    let _g = serial().await;
+    let mut cell = TestCell::start_with(0, pb::Intent::Efficiency).await;
+    let l1 = cell.leader().await;
+    let mut c = cell.client(l1).await;
+    let (a, b) = (create_session(&mut c, TTL_MS).await, create_session(&mut c, TTL_MS).await);
+    let release = |name: &str, token: u64| pb::ReleaseRequest { shard: shard(), name: name.into(), token };
+
+    info!("--- 200 cycles: no log entry each (the first reserves a block of tokens)");
+    let first = c.acquire(acquire_req(a, "cache", "warm", 0)).await.unwrap().into_inner().token;
+    c.release(release("cache", first)).await.unwrap();
+    let log_before = cell.nodes[&l1].metrics().last_log_index.unwrap_or(0);
+    let mut last = first;
+    for i in 0..200 {
+        let t = c.acquire(acquire_req(a, "cache", &format!("c-{i}"), 0)).await.unwrap().into_inner().token;
+        assert!(t > last, "token {t} after {last}");
+        last = t;
+        c.release(release("cache", t)).await.unwrap();
+    }
+    let written = cell.nodes[&l1].metrics().last_log_index.unwrap_or(0) - log_before;
+    // Only the leader's session checkpoints (one per 500 ms at most) may land meanwhile;
+    // through the log these 200 cycles would be 400 entries.
+    assert!(written < 20, "{written} log entries for 200 cycles of an efficiency lock");
+
+    info!("--- a waiter is woken by the release, from memory");
+    let ta = c.acquire(acquire_req(a, "job", "a-1", 0)).await.unwrap().into_inner().token;
+    let mut cb = c.clone();
+    let waiter = tokio::spawn(async move { cb.acquire(acquire_req(b, "job", "b-1", 10_000)).await });
+    let deadline = Instant::now() + WAIT;
+    while c.describe(pb::DescribeRequest { shard: shard(), name: "job".into() }).await.unwrap().into_inner().waiters.is_empty() {
+        assert!(Instant::now() < deadline, "B never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.release(release("job", ta)).await.unwrap();
+    let tb = waiter.await.unwrap().unwrap().into_inner().token;
+    assert!(tb > ta);
+
+    info!("--- the leader goes: its holds go with it, and the next leader's tokens are larger");
+    cell.stop_node(l1).await;
+    let l2 = cell.leader().await;
+    let mut c2 = cell.client(l2).await;
+    let d = c2.describe(pb::DescribeRequest { shard: shard(), name: "job".into() }).await.unwrap().into_inner();
+    assert!(d.holders.is_empty(), "an efficiency hold outlived its leader: {:?}", d.holders);
+    let e = c2.release(release("job", tb)).await.unwrap_err();
+    assert_eq!(code(&e), "NOT_HOLDER", "{e:?}");
+    let tc = c2.acquire(acquire_req(a, "job", "a-2", 0)).await.unwrap().into_inner().token;
+    assert!(tc > tb, "the new leader's token {tc} is not above the last leader's {tb}");
+
+    info!("--- a session closed in the log ends its hold in memory");
+    c2.close_session(pb::CloseSessionRequest { session_id: a, shard: shard() }).await.unwrap();
+    let d = c2.describe(pb::DescribeRequest { shard: shard(), name: "job".into() }).await.unwrap().into_inner();
+    assert!(d.holders.is_empty(), "the closed session still holds: {:?}", d.holders);
+    let td = c2.acquire(acquire_req(b, "job", "b-2", 0)).await.unwrap().into_inner().token;
+    assert!(td > tc);
+    cell.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_session_loses_lock_after_ttl_not_before_and_waiter_gets_larger_token() {
     let _g = serial().await;

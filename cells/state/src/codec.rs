@@ -12,7 +12,8 @@ const APPLIED_MAGIC: &[u8; 4] = b"HFCA";
 /// Bump on any change to the serialized types; keep a reader for the old one.
 /// 2: snapshots carry the sessions' owners after the rest. Log entries and apply
 /// results are unchanged from 1 but for a variant appended to `Command`, which
-/// version 1 entries never hold: they are still written and read as version 1.
+/// version 1 entries never hold: they are still written and read as version 1. The
+/// same holds for `Command::ReserveTokens` and `Outcome::Reserved`, appended later.
 pub const FORMAT_VERSION: u16 = 2;
 const RECORD_VERSION: u16 = 1;
 

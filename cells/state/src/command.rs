@@ -79,6 +79,10 @@ pub enum Command {
     /// `CreateSession` by an authenticated caller: the session is bound to `owner`, and
     /// only `owner` may renew, use or close it (the cell checks, docs/security.md).
     CreateOwnedSession { shard: ShardKey, session: SessionId, ttl_ms: u64, label: String, owner: String },
+    /// Sets aside the shard's next `count` sequence numbers for the leader's volatile
+    /// table of an efficiency namespace (`volatile.rs`): it grants them from memory, so
+    /// no token it hands out is ever handed out again, by it or by a later leader.
+    ReserveTokens { shard: ShardKey, epoch: Epoch, count: u64 },
 }
 
 impl Command {
@@ -99,6 +103,7 @@ impl Command {
             Command::EndHold { .. } => "end_hold",
             Command::LiftLockDelay { .. } => "lift_lock_delay",
             Command::BreakLock { .. } => "break_lock",
+            Command::ReserveTokens { .. } => "reserve_tokens",
         }
     }
 }

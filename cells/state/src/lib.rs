@@ -17,6 +17,7 @@ mod reads;
 mod sessions;
 mod shards;
 mod state;
+mod volatile;
 
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{Command, Entry};
@@ -25,3 +26,4 @@ pub use outcome::{Applied, CellError, DequeueReason, Event, EventKind, Outcome};
 pub use reads::{Compacted, HolderView, LockView, NamespaceStats, SessionView, ShardView, WaiterView};
 pub use sessions::{MAX_HOLDS_AND_WAITS_PER_SESSION, MAX_LABEL_BYTES, MAX_OWNER_BYTES};
 pub use state::{BreakRecord, CellState, AUDIT_CAP, ENDED_HOLDS_CAP, ENDED_REQUESTS_PER_SESSION, ENDED_SESSIONS_CAP, HISTORY_CAP};
+pub use volatile::{RESERVE_BLOCK, RESERVE_LOW_WATER};

@@ -76,6 +76,9 @@ impl CellState {
         let free = lock.is_none_or(|l| !l.delayed && l.waiters.is_empty() && compatible(l, a.mode));
         if free {
             if next_token(shard).is_none() {
+                if shard.ceiling.is_some() {
+                    return Err(CellError::Unavailable(format!("the leader has no tokens of shard {} reserved yet; retry", a.shard)));
+                }
                 return Err(CellError::Unavailable(format!("shard {} has used every token of epoch {}; waiting for an epoch bump", a.shard, shard.epoch)));
             }
             let token = self.grant(ctx, a.shard, a.name, a.session, a.mode, a.request_id, a.value.to_vec());

@@ -1,7 +1,7 @@
 //! What applying an entry produced: a result for the proposer and the events that
 //! Watch streams and that wake waiting calls.
 
-use holdfast_core::{EndReason, Epoch, ErrorCode, FencingToken, LockName, Mode, RequestId, Revision, SessionId, ShardKey};
+use holdfast_core::{EndReason, Epoch, ErrorCode, FencingToken, LockName, Mode, RequestId, Revision, Seq, SessionId, ShardKey};
 use serde::{Deserialize, Serialize};
 
 /// The result of one apply.
@@ -63,6 +63,12 @@ pub enum Outcome {
     Broken {
         floor: FencingToken,
         ended: Vec<FencingToken>,
+    },
+    /// Sequence numbers `from..=through` of the shard's epoch are reserved.
+    Reserved {
+        epoch: Epoch,
+        from: Seq,
+        through: Seq,
     },
 }
 

@@ -4,7 +4,7 @@
 
 use crate::outcome::{CellError, DequeueReason, Outcome};
 use crate::state::{CellState, Ctx, SealReport, Shard};
-use holdfast_core::{EndReason, Epoch, LockName, NamespaceConfig, ShardKey};
+use holdfast_core::{EndReason, Epoch, LockName, NamespaceConfig, Seq, ShardKey};
 
 impl CellState {
     pub(crate) fn apply_config(&mut self, config: &NamespaceConfig) -> Result<Outcome, CellError> {
@@ -32,6 +32,10 @@ impl CellState {
             }
         }
         let mut shard = Shard::new(epoch);
+        if self.volatile {
+            // Nothing granted until the log reserves this epoch's tokens for it.
+            shard.ceiling = Some(Seq(0));
+        }
         for name in delayed {
             shard.locks.entry(name.clone()).or_default().delayed = true;
         }

@@ -47,6 +47,10 @@ pub struct CellState {
     /// version 1 snapshot, written before it existed, still loads (with none).
     #[serde(skip)]
     pub(crate) owners: BTreeMap<SessionId, String>,
+    /// This is a leader's volatile table (`volatile.rs`), never a replica: its shards
+    /// grant only the sequence numbers the log reserved for them.
+    #[serde(skip)]
+    pub(crate) volatile: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,6 +63,10 @@ pub(crate) struct Shard {
     /// Tokens whose holds ended, with the lock and why; bounded, oldest dropped first.
     pub(crate) ended: BTreeMap<FencingToken, (LockName, EndReason)>,
     pub(crate) audit: VecDeque<BreakRecord>,
+    /// In a volatile table only: the highest seq the log reserved for it; nothing
+    /// above is granted. `None` in the replicated table.
+    #[serde(skip)]
+    pub(crate) ceiling: Option<Seq>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,6 +178,7 @@ impl CellState {
             Command::EndHold { shard, name, token } => self.end_hold_cmd(&mut ctx, shard, name, *token),
             Command::LiftLockDelay { shard, name } => self.lift_lock_delay(&mut ctx, shard, name),
             Command::BreakLock { shard, name, by, reason } => self.break_lock(&mut ctx, shard, name, by, reason),
+            Command::ReserveTokens { shard, epoch, count } => self.reserve_tokens(shard, *epoch, *count),
         };
         debug_assert!(result.is_ok() || ctx.events.is_empty(), "a refused command emitted events");
         for ev in &ctx.events {
@@ -351,15 +360,18 @@ pub(crate) fn compatible(lock: &Lock, mode: Mode) -> bool {
 }
 
 /// The token the shard would grant next, or `None` if its seq is exhausted and it
-/// needs an epoch bump from the registry.
+/// needs an epoch bump from the registry (or, in a volatile table, a reservation).
 pub(crate) fn next_token(shard: &Shard) -> Option<FencingToken> {
     let seq = Seq(shard.seq.0.checked_add(1)?);
+    if shard.ceiling.is_some_and(|c| seq > c) {
+        return None;
+    }
     FencingToken::new(shard.epoch, seq).ok()
 }
 
 impl Shard {
     pub(crate) fn new(epoch: Epoch) -> Shard {
-        Shard { epoch, seq: Seq(0), sealed: None, locks: BTreeMap::new(), ended: BTreeMap::new(), audit: VecDeque::new() }
+        Shard { epoch, seq: Seq(0), sealed: None, locks: BTreeMap::new(), ended: BTreeMap::new(), audit: VecDeque::new(), ceiling: None }
     }
 
     /// The highest token issued in this epoch, if any.

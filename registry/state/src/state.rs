@@ -292,6 +292,16 @@ impl RegistryState {
             return Err(RegistryError::VersionConflict { ns: config.name.to_string(), expected, current: current.version });
         }
         config.validate().map_err(|e| RegistryError::InvalidConfig(e.to_string()))?;
+        // An efficiency namespace's locks live in its cells leaders' memory, the others'
+        // in their logs (docs/semantics.md): a namespace that changed intent would have
+        // holders in both at once. And an efficiency lock that starts guarding data is
+        // the mistake docs/design.md warns of: that is a new, reviewed namespace.
+        if config.intent != current.intent {
+            return Err(RegistryError::InvalidConfig(format!(
+                "the intent of namespace {} is {}; it cannot change to {} (create a new namespace)",
+                config.name, current.intent, config.intent
+            )));
+        }
         let stored = NamespaceConfig { version: expected + 1, ..config.clone() };
         self.namespaces.insert(stored.name.clone(), stored.clone());
         Ok(Outcome::Namespace { config: stored })

@@ -216,6 +216,16 @@ fn namespace_versions_start_at_one_and_updates_need_the_current_version() {
 }
 
 #[test]
+fn a_namespace_keeps_the_intent_it_was_created_with() {
+    let mut st = world();
+    let stored = st.namespace(&holdfast_core::NamespaceName::new("pay").unwrap()).unwrap().clone();
+    let mut other = stored.clone();
+    other.intent = if stored.intent == holdfast_core::Intent::Efficiency { holdfast_core::Intent::Correctness } else { holdfast_core::Intent::Efficiency };
+    let e = refused(&mut st, Command::UpdateNamespace { config: other, expected_version: 1 }, ErrorCode::InvalidArgument);
+    assert!(e.to_string().contains("cannot change"), "{e}");
+}
+
+#[test]
 fn cells_are_re_registered_in_their_region_only_and_need_members() {
     let mut st = world();
     ok(&mut st, Command::RegisterCell { cell: cell("east-1"), region: region("east"), members: members(5) });

@@ -41,6 +41,11 @@ impl TestCell {
     /// Starts nodes 1..=3, forms the cell, serves namespace `pay` (lock-delay as
     /// given) with shard `default` at epoch 1.
     pub async fn start(lock_delay_ms: u64) -> TestCell {
+        TestCell::start_with(lock_delay_ms, pb::Intent::Correctness).await
+    }
+
+    /// [`TestCell::start`], with namespace `pay` of the given intent.
+    pub async fn start_with(lock_delay_ms: u64, intent: pb::Intent) -> TestCell {
         let mut c = TestCell {
             faults: Faults::new(),
             nodes: BTreeMap::new(),
@@ -62,7 +67,7 @@ impl TestCell {
                 config: Some(apb::NamespaceConfig {
                     name: "pay".into(),
                     owner: "team-pay".into(),
-                    intent: pb::Intent::Correctness as i32,
+                    intent: intent as i32,
                     lock_delay_ms: Some(lock_delay_ms),
                     version: 1,
                     ..Default::default()
