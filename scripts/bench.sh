@@ -42,7 +42,7 @@ fi
 } >"$out/README"
 rounds="${BENCH_ROUNDS:-3}"
 for round in $(seq "$rounds"); do
-    for spec in ${BENCH_WORKLOADS:-single parallel contended owner-lookups renewals}; do
+    for spec in ${BENCH_WORKLOADS:-single efficiency parallel contended owner-lookups renewals}; do
         # `parallel:16`: a workload at a client count other than its default (the
         # acquire-p99 load envelope is a sweep of these, docs/benchmarks.md).
         w="${spec%%:*}"

@@ -86,56 +86,69 @@ impl Locker for OwnerReader {
     }
 }
 
-/// Creates the namespace `bench` (correctness, fail-closed; the gateway's acquire-rate
-/// quota lifted so it does not cap the benchmark; no lock-delay) and places its shards
-/// `default` and `renewals` on `cell`. What exists already is left alone.
+/// The namespace of the `efficiency` workload: intent efficiency, so its locks live in
+/// the cell leader's memory (docs/semantics.md).
+pub const FAST_NS: &str = "bench-fast";
+
+/// Creates the namespaces `bench` (correctness) and [`FAST_NS`] (efficiency), both
+/// fail-closed (a gateway never answers the benchmark with an unfenced grant), with
+/// the gateway's acquire-rate quota lifted so it does not cap the benchmark and no
+/// lock-delay, and places shards `bench/default`, `bench/renewals` and
+/// `bench-fast/default` on `cell`. What exists already is left alone.
 pub async fn setup(security: &Security, endpoint: &str, cell: &str) -> Result<(), String> {
     use holdfast_proto::admin::v1 as apb;
     use holdfast_proto::lock::v1 as pb;
     use holdfast_proto::registry::v1 as rpb;
     use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
     let mut reg = RegistryServiceClient::new(Transport::new(TransportOptions::default(), security.clone()).connect(endpoint).await.map_err(|e| e.to_string())?);
-    if reg.get_namespace(rpb::GetNamespaceRequest { name: "bench".into() }).await.is_err() {
-        let config = apb::NamespaceConfig {
-            name: "bench".into(),
-            owner: "bench".into(),
-            intent: pb::Intent::Correctness as i32,
-            posture: pb::Posture::FailClosed as i32,
-            ttl_min_ms: 1_000,
-            ttl_max_ms: 60_000,
-            quotas: Some(apb::Quotas {
-                max_keys: 10_000,
-                max_sessions: 10_000,
-                max_waiters_per_lock: 1_000,
-                max_value_bytes: 1_024,
-                acquires_per_second: 1_000_000,
-            }),
-            ..Default::default()
-        };
-        reg.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.map_err(|s| s.message().to_owned())?;
-    }
     // `default` for the workloads, `renewals` for the background sessions of `renewals`.
-    for shard in ["default", "renewals"] {
-        let owner = reg.get_owner(rpb::GetOwnerRequest { ns: "bench".into(), shard: shard.into(), fresh: true }).await;
-        if owner.map(|o| o.into_inner().owner.is_none()).unwrap_or(true) {
-            reg.place_shard(rpb::PlaceShardRequest { ns: "bench".into(), shard: shard.into(), cell: cell.into() }).await.map_err(|s| s.message().to_owned())?;
+    let namespaces = [("bench", pb::Intent::Correctness, &["default", "renewals"][..]), (FAST_NS, pb::Intent::Efficiency, &["default"][..])];
+    for (ns, intent, shards) in namespaces {
+        if reg.get_namespace(rpb::GetNamespaceRequest { name: ns.into() }).await.is_err() {
+            let config = apb::NamespaceConfig {
+                name: ns.into(),
+                owner: "bench".into(),
+                intent: intent as i32,
+                posture: pb::Posture::FailClosed as i32,
+                ttl_min_ms: 1_000,
+                ttl_max_ms: 60_000,
+                quotas: Some(apb::Quotas {
+                    max_keys: 10_000,
+                    max_sessions: 10_000,
+                    max_waiters_per_lock: 1_000,
+                    max_value_bytes: 1_024,
+                    acquires_per_second: 1_000_000,
+                }),
+                ..Default::default()
+            };
+            reg.create_namespace(rpb::CreateNamespaceRequest { config: Some(config) }).await.map_err(|s| s.message().to_owned())?;
+        }
+        for shard in shards {
+            let owner = reg.get_owner(rpb::GetOwnerRequest { ns: ns.into(), shard: (*shard).into(), fresh: true }).await;
+            if owner.map(|o| o.into_inner().owner.is_none()).unwrap_or(true) {
+                reg.place_shard(rpb::PlaceShardRequest { ns: ns.into(), shard: (*shard).into(), cell: cell.into() }).await.map_err(|s| s.message().to_owned())?;
+            }
         }
     }
     // The cell serves the shard once it renewed with the registry: wait for a grant.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match HoldfastLocker::connect(security, &[endpoint.to_owned()], "bench", "default").await {
-            Ok(mut l) => {
-                if l.lock("bench-setup").await.is_ok() {
-                    return l.unlock().await;
+    for ns in ["bench", FAST_NS] {
+        loop {
+            match HoldfastLocker::connect(security, &[endpoint.to_owned()], ns, "default").await {
+                Ok(mut l) => {
+                    if l.lock("bench-setup").await.is_ok() {
+                        l.unlock().await?;
+                        break;
+                    }
                 }
+                Err(e) if std::time::Instant::now() > deadline => return Err(e),
+                Err(_) => {}
             }
-            Err(e) if std::time::Instant::now() > deadline => return Err(e),
-            Err(_) => {}
+            if std::time::Instant::now() > deadline {
+                return Err(format!("shard {ns}/default is not served within 30 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        if std::time::Instant::now() > deadline {
-            return Err("the bench shard is not served within 30 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    Ok(())
 }

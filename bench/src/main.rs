@@ -5,6 +5,9 @@
 //!
 //! Workloads (docs/design.md, "Numbers to design for"):
 //! - `single`: one client, lock + unlock cycles on its own key;
+//! - `efficiency`: `single` in an efficiency namespace (`bench-fast`), whose locks the
+//!   cell leader keeps in memory (docs/semantics.md); etcd runs `single` (it has one
+//!   kind of lock);
 //! - `parallel`: `--clients` (64) clients, each cycling on its own key;
 //! - `contended`: `--clients` (16) clients on one key, each holding it 1 ms; the rate
 //!   is hand-offs per second and the latency is the wait for the lock;
@@ -45,6 +48,7 @@ pub enum System {
 #[serde(rename_all = "snake_case")]
 pub enum Workload {
     Single,
+    Efficiency,
     Parallel,
     Contended,
     OwnerLookups,
@@ -337,7 +341,7 @@ async fn main() -> Result<(), String> {
         Cmd::ControlHolder(a) => return control::holder(a).await,
     };
     let clients = a.clients.unwrap_or(match a.workload {
-        Workload::Single | Workload::Renewals => 1,
+        Workload::Single | Workload::Efficiency | Workload::Renewals => 1,
         Workload::Parallel => 64,
         Workload::Contended => 16,
         Workload::OwnerLookups => 64,
@@ -362,9 +366,10 @@ async fn main() -> Result<(), String> {
         }
         System::Holdfast => {
             let security = holdfast_lock::security(a.target.certs_dir.as_deref())?;
+            let ns = if a.workload == Workload::Efficiency { holdfast_lock::FAST_NS } else { &a.target.ns };
             let mut ls = Vec::new();
             for _ in 0..clients {
-                ls.push(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.target.ns, &a.target.shard).await?);
+                ls.push(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, ns, &a.target.shard).await?);
             }
             run(ls, &a).await
         }
