@@ -126,7 +126,9 @@ pub async fn setup(security: &Security, endpoint: &str, cell: &str) -> Result<()
         for shard in shards {
             let owner = reg.get_owner(rpb::GetOwnerRequest { ns: ns.into(), shard: (*shard).into(), fresh: true }).await;
             if owner.map(|o| o.into_inner().owner.is_none()).unwrap_or(true) {
-                reg.place_shard(rpb::PlaceShardRequest { ns: ns.into(), shard: (*shard).into(), cell: cell.into() }).await.map_err(|s| s.message().to_owned())?;
+                reg.place_shard(rpb::PlaceShardRequest { ns: ns.into(), shard: (*shard).into(), cell: cell.into() })
+                    .await
+                    .map_err(|s| s.message().to_owned())?;
             }
         }
     }
