@@ -13,6 +13,14 @@ impl CellState {
             if current.version >= config.version {
                 return Ok(Outcome::ConfigUnchanged { current: current.version });
             }
+            // Which table holds the namespace's locks follows its intent (`volatile.rs`):
+            // fixed at creation, as the registry enforces too.
+            if current.intent != config.intent {
+                return Err(CellError::InvalidArgument(format!(
+                    "the intent of namespace {} is {}; it cannot change to {}",
+                    config.name, current.intent, config.intent
+                )));
+            }
         }
         self.configs.insert(config.name.clone(), config.clone());
         Ok(Outcome::ConfigApplied { version: config.version })

@@ -152,3 +152,12 @@ fn a_session_that_ends_in_the_log_ends_its_volatile_holds_and_waits() {
     assert_eq!(v.waiting_shard(s2, &rid("w")), None);
     assert_eq!(acquire(&mut v, s1, "again").unwrap_err().code(), ErrorCode::SessionExpired);
 }
+
+#[test]
+fn a_namespace_config_cannot_change_its_intent() {
+    let mut c = efficiency();
+    let mut next = NamespaceConfig::with_defaults(ns(), "team-cache", Intent::Correctness);
+    next.version = 2;
+    assert_eq!(c.refused(Command::ApplyConfig { config: next }).code(), ErrorCode::InvalidArgument);
+    assert!(c.state.served_from_memory(&ns()));
+}
