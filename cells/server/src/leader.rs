@@ -25,7 +25,7 @@ pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, shutdown: Cance
         duties(&cell, term, checkpoint_interval, &shutdown).await;
         // Efficiency locks held in this leader's memory are gone with it
         // (docs/semantics.md): the next leader starts with none.
-        *cell.hooks.volatile.lock().expect("volatile lock") = None;
+        cell.hooks.drop_volatile();
         *cell.hooks.clock.lock().expect("clock lock") = None;
         info!(node_id = cell.group.node_id(), term, "leader duties stopped");
     }

@@ -137,6 +137,19 @@ impl Hooks {
         Some(applied)
     }
 
+    /// Drops the volatile table when this node stops leading (or its state was
+    /// replaced). Its waiting calls are answered at once ("outcome unknown, retry",
+    /// which finds the new leader) instead of at the end of their waits: nobody is
+    /// left to grant them here.
+    pub fn drop_volatile(&self) {
+        let Some(table) = self.volatile.lock().expect("volatile lock").take() else { return };
+        let mut waiters = self.waiters.lock().expect("waiters lock");
+        for (_, _, session, request_id) in table.waiters() {
+            // Dropping the senders wakes the calls with "closed".
+            waiters.remove(&(session, request_id.clone()));
+        }
+    }
+
     /// Reads the volatile table; `None` while none is built.
     pub fn read_volatile<T>(&self, f: impl FnOnce(&CellState) -> T) -> Option<T> {
         self.volatile.lock().expect("volatile lock").as_ref().map(f)
@@ -254,7 +267,7 @@ impl ReplicatedState for CellMachine {
         }
         // A clock (and a volatile table) built from the old state is wrong now; the
         // leader task rebuilds them.
-        *self.hooks.volatile.lock().expect("volatile lock") = None;
+        self.hooks.drop_volatile();
         let mut clock = self.hooks.clock.lock().expect("clock lock");
         *clock = None;
         self.hooks.arrivals.lock().expect("arrivals lock").clear();

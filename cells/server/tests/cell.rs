@@ -88,6 +88,27 @@ async fn efficiency_locks_write_no_log_are_lost_with_the_leader_and_tokens_still
     let tb = waiter.await.unwrap().unwrap().into_inner().token;
     assert!(tb > ta);
 
+    info!("--- deposed, the leader answers its efficiency waiters at once: nobody is left to grant them");
+    let mut cb = c.clone();
+    let waiter = tokio::spawn(async move {
+        let asked = Instant::now();
+        (cb.acquire(acquire_req(a, "job", "a-wait", 30_000)).await, asked.elapsed())
+    });
+    let deadline = Instant::now() + WAIT;
+    while c.describe(pb::DescribeRequest { shard: shard(), name: "job".into() }).await.unwrap().into_inner().waiters.is_empty() {
+        assert!(Instant::now() < deadline, "A never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cell.force_leader_change().await;
+    let (answer, took) = waiter.await.unwrap();
+    assert_eq!(code(&answer.unwrap_err()), "UNAVAILABLE");
+    assert!(took < Duration::from_secs(15), "the waiter was answered after {took:?}, not when its leader went");
+    let l1 = cell.leader().await;
+    let mut c = cell.client(l1).await;
+    // The new leader does not know B's hold either; B takes the lock again there.
+    let tb = c.acquire(acquire_req(b, "job", "b-again", 0)).await.unwrap().into_inner().token;
+    assert!(tb > ta);
+
     info!("--- the leader goes: its holds go with it, and the next leader's tokens are larger");
     cell.stop_node(l1).await;
     let l2 = cell.leader().await;
