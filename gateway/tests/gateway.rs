@@ -105,14 +105,22 @@ async fn http_front_with_a_real_http_client() {
         assert!(status == 503 && Instant::now() < deadline, "{status}: {body}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let r = http
-        .post(w.http("/v1/locks/web/default/leader/acquire"))
-        .json(&json!({ "session": session, "request_id": "h-1", "value": "10.0.0.7:8080" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let grant: Value = r.json().await.unwrap();
+    // The cell may still be taking its first ownership lease: 503 until it has.
+    let grant: Value = loop {
+        let r = http
+            .post(w.http("/v1/locks/web/default/leader/acquire"))
+            .json(&json!({ "session": session, "request_id": "h-1", "value": "10.0.0.7:8080" }))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        if status == 200 {
+            break body;
+        }
+        assert!(status == 503 && Instant::now() < deadline, "{status}: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let token = grant["token"].as_str().expect("tokens are JSON strings").to_owned();
     assert_eq!(grant["unfenced"], json!(false));
 
