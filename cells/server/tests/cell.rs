@@ -34,12 +34,7 @@ async fn holder_survives_leader_kill_and_next_grant_is_larger() {
     let b = create_session(&mut c2, TTL_MS).await;
     let mut cb = c2.clone();
     let waiter = tokio::spawn(async move { cb.acquire(acquire_req(b, "settle", "b-1", 10_000)).await });
-    // B is queued once Describe shows it.
-    let deadline = Instant::now() + WAIT;
-    while c2.describe(pb::DescribeRequest { shard: shard(), name: "settle".into() }).await.unwrap().into_inner().waiters.is_empty() {
-        assert!(Instant::now() < deadline, "B never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_queued(&mut c2, "settle").await;
     c2.release(pb::ReleaseRequest { shard: shard(), name: "settle".into(), token: ta }).await.unwrap();
     let tb = waiter.await.unwrap().unwrap().into_inner().token;
     assert!(tb > ta, "{tb} should exceed {ta}");
@@ -79,11 +74,7 @@ async fn efficiency_locks_write_no_log_are_lost_with_the_leader_and_tokens_still
     let ta = c.acquire(acquire_req(a, "job", "a-1", 0)).await.unwrap().into_inner().token;
     let mut cb = c.clone();
     let waiter = tokio::spawn(async move { cb.acquire(acquire_req(b, "job", "b-1", 10_000)).await });
-    let deadline = Instant::now() + WAIT;
-    while c.describe(pb::DescribeRequest { shard: shard(), name: "job".into() }).await.unwrap().into_inner().waiters.is_empty() {
-        assert!(Instant::now() < deadline, "B never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_queued(&mut c, "job").await;
     c.release(release("job", ta)).await.unwrap();
     let tb = waiter.await.unwrap().unwrap().into_inner().token;
     assert!(tb > ta);
@@ -94,11 +85,7 @@ async fn efficiency_locks_write_no_log_are_lost_with_the_leader_and_tokens_still
         let asked = Instant::now();
         (cb.acquire(acquire_req(a, "job", "a-wait", 30_000)).await, asked.elapsed())
     });
-    let deadline = Instant::now() + WAIT;
-    while c.describe(pb::DescribeRequest { shard: shard(), name: "job".into() }).await.unwrap().into_inner().waiters.is_empty() {
-        assert!(Instant::now() < deadline, "A never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_queued(&mut c, "job").await;
     cell.force_leader_change().await;
     let (answer, took) = waiter.await.unwrap();
     assert_eq!(code(&answer.unwrap_err()), "UNAVAILABLE");

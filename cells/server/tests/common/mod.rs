@@ -242,6 +242,15 @@ pub fn acquire_req(session: u64, name: &str, rid: &str, wait_ms: u64) -> pb::Acq
     }
 }
 
+/// Waits until Describe shows a waiter on `name` (a queued acquire), within [`WAIT`].
+pub async fn wait_queued(c: &mut LockServiceClient<Channel>, name: &str) {
+    let deadline = Instant::now() + WAIT;
+    while c.describe(pb::DescribeRequest { shard: shard(), name: name.into() }).await.unwrap().into_inner().waiters.is_empty() {
+        assert!(Instant::now() < deadline, "nobody queued for {name} within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// One KeepAlive round trip on a fresh stream.
 pub async fn renew(c: &mut LockServiceClient<Channel>, session: u64) -> Result<u64, tonic::Status> {
     let req = tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: session, shard: None }]);
