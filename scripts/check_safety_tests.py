@@ -5,15 +5,18 @@ survives (tests stay green) fails this script.
 
 Run from the repo root (scripts/check-safety-tests.sh does). Uses CARGO_TARGET_DIR.
 
-`--simulate N [names]`: instead of the named tests, the deterministic simulation
-(docs/simulation.md) runs against each mutant of the code it simulates, seed after seed
-up to N, and reports the seed that found it (or that none did). Not part of CI.
+`--simulate N [--moves M] [names]`: instead of the named tests, the deterministic
+simulation (docs/simulation.md) runs against each mutant of the code it simulates, seed
+after seed up to N (up to M for the mutants that need moves, about six times dearer a
+seed; 0 skips them), and reports the seed that found it (or that none did). Not part
+of CI.
 """
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 STATE = "cells/state/src"
 CELL_TESTS = ["-p", "holdfast-cell-state", "--test", "properties", "--test", "semantics"]
@@ -135,6 +138,10 @@ MUTANTS = [
 SIMULATED = ("cells/state/", "cells/server/src/clock.rs", "cells/server/src/cell.rs", "cells/server/src/machine.rs",
              "cells/server/src/service.rs", "raft/src/")
 SIMULATED_WITH_MOVES = ("cells/server/src/ownership.rs", "cells/server/src/follow.rs", "registry/", "gateway/src/")
+# In the simulated code, but out of its reach: RocksDB's in-memory environment keeps
+# every write, synced or not, across a simulated crash, so a lost unsynced write
+# cannot happen there (the raft crate's log-store tests, RAFT_TESTS, kill these).
+NOT_SIMULATED = ("append acknowledged unsynced", "vote saved ahead of queued appends")
 
 
 def mutant_copy(repo: str, tmp: str, path: str, old: str, new: str) -> str:
@@ -164,13 +171,14 @@ def mutants_env(repo: str) -> dict:
     return dict(os.environ, CARGO_TARGET_DIR=target, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
 
 
-def simulate(repo: str, seeds: int, only: list) -> int:
+def simulate(repo: str, seeds: int, moves_seeds: int, only: list) -> int:
     env = mutants_env(repo)
     rows = []
     for name, path, old, new, _ in MUTANTS:
         moves = path.startswith(SIMULATED_WITH_MOVES)
-        if not (path.startswith(SIMULATED) or moves) or (only and not any(o in name for o in only)):
+        if not (path.startswith(SIMULATED) or moves) or name in NOT_SIMULATED or (only and not any(o in name for o in only)) or (moves and moves_seeds == 0):
             continue
+        started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="holdfast-mutant-") as tmp:
             dst = mutant_copy(repo, tmp, path, old, new)
             b = subprocess.run(["cargo", "build", "-q", "--locked", "--manifest-path", "drills/sim/Cargo.toml"], cwd=dst, env=env,
@@ -180,12 +188,14 @@ def simulate(repo: str, seeds: int, only: list) -> int:
                 print(f"mutant '{name}' does not build in the simulation", flush=True)
                 return 2
             sim = os.path.join(env["CARGO_TARGET_DIR"], "debug", "holdfast-sim")
-            r = subprocess.run([sim, "--seeds", str(seeds), "--until-found", *(["--moves"] if moves else [])], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            n = moves_seeds if moves else seeds
+            r = subprocess.run([sim, "--seeds", str(n), "--until-found", *(["--moves"] if moves else [])], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             found = [l for l in r.stdout.splitlines() if l.startswith("found by")]
-            row = f"found     {name}: {found[0]}" if r.returncode == 0 and found else f"not found {name}: no seed of {seeds} failed"
+            took = f"({'moves, ' if moves else ''}{time.monotonic() - started:.0f} s with the build)"
+            row = f"found     {name}: {found[0]} {took}" if r.returncode == 0 and found else f"not found {name}: no seed of {n} failed {took}"
             rows.append(row)
             print(row, flush=True)
-    print(f"{sum(r.startswith('found ') for r in rows)} of {len(rows)} simulated mutants found within {seeds} seeds")
+    print(f"{sum(r.startswith('found ') for r in rows)} of {len(rows)} simulated mutants found within {seeds} seeds ({moves_seeds} with moves)")
     return 0
 
 
@@ -193,7 +203,11 @@ def main() -> int:
     repo = os.getcwd()
     only = sys.argv[1:]
     if only[:1] == ["--simulate"]:
-        return simulate(repo, int(only[1]), only[2:])
+        seeds, rest = int(only[1]), only[2:]
+        moves_seeds = seeds
+        if rest[:1] == ["--moves"]:
+            moves_seeds, rest = int(rest[1]), rest[2:]
+        return simulate(repo, seeds, moves_seeds, rest)
     survivors = []
     # Every guarded text first, in a second: a mutant whose text moved fails the run
     # before any build.

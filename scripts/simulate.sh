@@ -11,8 +11,9 @@
 #   scripts/simulate.sh --seed 4711 --history /tmp/h.jsonl   # replay one, keep its history
 #   RUST_LOG=info scripts/simulate.sh --seed 4711            # ... with the servers' logs
 #   scripts/simulate.sh --seeds 20 --plant token-reuse       # a planted bug (debug build)
-#   scripts/simulate.sh --mutants 50                 # each mutant of check_safety_tests.py
+#   scripts/simulate.sh --mutants 50 [--moves 5]     # each mutant of check_safety_tests.py
 #                                                    # in the simulated code, up to 50 seeds
+#                                                    # (5 for those that need moves; 0 skips them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
