@@ -5,14 +5,15 @@
 
 use crate::machine::{CellMachine, Hooks};
 use crate::ownership::OwnershipLease;
-use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, Outcome, RESERVE_BLOCK, RESERVE_LOW_WATER};
-use holdfast_core::{ErrorCode, RequestId, SessionId, ShardKey};
+use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, NamespaceStats, Outcome, SessionView, RESERVE_BLOCK, RESERVE_LOW_WATER};
+use holdfast_core::{ErrorCode, NamespaceName, RequestId, SessionId, ShardKey};
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_raft::Group;
 pub use holdfast_raft::{wall_clock_ms, Leader};
 use holdfast_rpc::status::status;
 use holdfast_rpc::{Budget, CallContext, Tasks, Upstream};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 use tonic::Status;
@@ -61,6 +62,30 @@ impl Cell {
     /// is efficiency (docs/semantics.md).
     pub fn in_memory(&self, shard: &ShardKey) -> bool {
         self.group.state().read(|m| m.state().served_from_memory(&shard.ns))
+    }
+
+    /// Per-namespace stats for the lock gauges: the log's table, plus on the leader
+    /// its volatile table, where efficiency namespaces hold their locks.
+    pub fn lock_stats(&self) -> BTreeMap<NamespaceName, NamespaceStats> {
+        let mut stats = self.group.state().read(|m| m.state().namespace_stats());
+        for (ns, st) in self.hooks.read_volatile(CellState::namespace_stats).unwrap_or_default() {
+            stats.entry(ns).or_default().merge(st);
+        }
+        stats
+    }
+
+    /// The sessions homed in `shard`, each counting its holds and waits in both tables.
+    pub async fn list_sessions(&self, shard: &ShardKey) -> Result<Vec<SessionView>, Status> {
+        let mut sessions = self.read(|st| st.list_sessions(shard)).await?;
+        self.hooks.read_volatile(|v| {
+            for s in &mut sessions {
+                if let Some(m) = v.session(s.session) {
+                    s.holds += m.holds;
+                    s.waits += m.waits;
+                }
+            }
+        });
+        Ok(sessions)
     }
 
     /// [`Cell::read`] on the table that holds `shard`'s locks: the replicated one, or

@@ -3,7 +3,8 @@
 //!
 //! Per-call metrics are recorded by the node that answered the call. Gauges of the lock
 //! table (keys, waiters, oldest hold, shard epochs) are the leader's: a follower sets
-//! them to zero, so summing a cell's nodes counts each lock once.
+//! them to zero, so summing a cell's nodes counts each lock once. They count the locks
+//! of the log's table and of the leader's volatile table (efficiency namespaces).
 
 use crate::cell::{wall_clock_ms, Cell};
 use holdfast_core::metric_names as m;
@@ -54,7 +55,8 @@ pub async fn refresh(cell: Arc<Cell>, cell_name: String, shutdown: CancellationT
         cell.group.record_health(&cell_name);
         let leads = cell.assume_leader().is_ok();
 
-        let (stats, shards) = cell.group.state().read(|mach| (mach.state().namespace_stats(), mach.state().shards().collect::<Vec<_>>()));
+        let stats = cell.lock_stats();
+        let shards = cell.group.state().read(|mach| mach.state().shards().collect::<Vec<_>>());
         let now_ms = wall_clock_ms();
         let mut waiters_now = BTreeSet::new();
         let mut ns_now = BTreeSet::new();

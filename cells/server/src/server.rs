@@ -140,6 +140,12 @@ impl CellServer {
         self.cell.hooks.armed()
     }
 
+    /// The per-namespace stats behind this node's lock gauges (both lock tables on the
+    /// leader): for tests and diagnostics.
+    pub fn lock_stats(&self) -> std::collections::BTreeMap<holdfast_core::NamespaceName, holdfast_cell_state::NamespaceStats> {
+        self.cell.lock_stats()
+    }
+
     /// Stops accepting calls, stops leader duties, stops Raft and closes RocksDB,
     /// within the configured deadline.
     pub async fn shutdown(self) {

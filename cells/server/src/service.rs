@@ -352,7 +352,7 @@ impl LockService for LockApi {
 
     async fn list_sessions(&self, req: Request<pb::ListSessionsRequest>) -> Result<Response<pb::ListSessionsResponse>, Status> {
         let (shard, _) = shard_ref(req.into_inner().shard)?;
-        let sessions = self.cell.read(|st| st.list_sessions(&shard)).await?;
+        let sessions = self.cell.list_sessions(&shard).await?;
         Ok(Response::new(pb::ListSessionsResponse {
             sessions: sessions
                 .into_iter()

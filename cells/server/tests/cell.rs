@@ -42,9 +42,10 @@ async fn holder_survives_leader_kill_and_next_grant_is_larger() {
 }
 
 /// An efficiency namespace (docs/semantics.md): acquires and releases write nothing to
-/// the log, a waiter is still woken by the release, a session that ends in the log
-/// ends its holds, the locks are lost when the leader goes, and the next leader's
-/// tokens are larger than every token of the last.
+/// the log, a waiter is still woken by the release, the gauges and ListSessions count
+/// the holds in memory, a session that ends in the log ends its holds, the locks are
+/// lost when the leader goes, and the next leader's tokens are larger than every token
+/// of the last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn efficiency_locks_write_no_log_are_lost_with_the_leader_and_tokens_still_grow() {
     let _g = serial().await;
@@ -75,6 +76,14 @@ async fn efficiency_locks_write_no_log_are_lost_with_the_leader_and_tokens_still
     let mut cb = c.clone();
     let waiter = tokio::spawn(async move { cb.acquire(acquire_req(b, "job", "b-1", 10_000)).await });
     wait_queued(&mut c, "job").await;
+    // The gauges and ListSessions count the holds and waits in memory too.
+    let stats = cell.nodes[&l1].lock_stats();
+    let pay = stats.iter().find(|(ns, _)| ns.as_str() == "pay").map(|(_, st)| st).expect("stats of pay");
+    assert_eq!((pay.keys, pay.waiting.len()), (1, 1), "the gauges miss the efficiency hold or its waiter: {pay:?}");
+    assert!(pay.oldest_grant_unix_ms.is_some(), "no hold age for the stuck-holder alert: {pay:?}");
+    let listed = c.list_sessions(pb::ListSessionsRequest { shard: shard() }).await.unwrap().into_inner().sessions;
+    let counts = |id: u64| listed.iter().find(|s| s.session_id == id).map(|s| (s.holds, s.waits));
+    assert_eq!((counts(a), counts(b)), (Some((1, 0)), Some((0, 1))), "ListSessions: {listed:?}");
     c.release(release("job", ta)).await.unwrap();
     let tb = waiter.await.unwrap().unwrap().into_inner().token;
     assert!(tb > ta);

@@ -14,6 +14,19 @@ pub struct NamespaceStats {
     pub waiting: Vec<(LockName, u64)>,
 }
 
+impl NamespaceStats {
+    /// Adds the stats of another table of the same namespace: the cell leader reports
+    /// its log's table and its volatile table (efficiency locks) as one.
+    pub fn merge(&mut self, other: NamespaceStats) {
+        self.keys += other.keys;
+        self.oldest_grant_unix_ms = match (self.oldest_grant_unix_ms, other.oldest_grant_unix_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.waiting.extend(other.waiting);
+    }
+}
+
 /// One holder as Describe shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HolderView {
