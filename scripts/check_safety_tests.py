@@ -130,6 +130,8 @@ MUTANTS = [
      ["-p", "holdfast-raft", "--test", "storage_suite", "an_unreadable"]),
     ("a session is usable by anyone", "cells/server/src/cell.rs",
      "(Some(owner), Some(caller)) if owner == caller => Ok(()),", "(Some(_), Some(_)) => Ok(()),", SECURITY_E2E),
+    ("a batch of renewals renews another's session", "cells/server/src/service.rs",
+     "                None => self.cell.check_session_owner(ctx, session),\n", "                None => Ok(()),\n", SECURITY_E2E),
 ]
 
 

@@ -227,7 +227,7 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
             verdict(l.create_session(pb::CreateSessionRequest { shard: shard(ns), ttl_ms: 2_000, client_label: "matrix".into() }).await)
         }
         "LockService.KeepAlive" => {
-            let first = pb::KeepAliveRequest { session_id: NO_SESSION, shard: shard(ns) };
+            let first = pb::KeepAliveRequest { session_id: NO_SESSION, shard: shard(ns), more: vec![] };
             verdict(l.keep_alive(tokio_stream::iter([first])).await)
         }
         "LockService.CloseSession" => verdict(l.close_session(pb::CloseSessionRequest { session_id: NO_SESSION, shard: shard(ns) }).await),
@@ -413,10 +413,20 @@ fn sessions_tokens_ports_and_the_audit_log() {
             let mut theirs = LockServiceClient::new(t.channel(&grpc).unwrap());
             let denied = |r: Verdict, what: &str| assert_eq!(r, Verdict::Refused(ErrorCode::PermissionDenied), "{who} {what} another's session");
             denied(verdict(theirs.acquire(acquire(sid, "theirs")).await), "acquired on");
-            denied(verdict(theirs.keep_alive(tokio_stream::iter([pb::KeepAliveRequest { session_id: sid, shard: shard(OWN) }])).await), "renewed");
+            denied(
+                verdict(theirs.keep_alive(tokio_stream::iter([pb::KeepAliveRequest { session_id: sid, shard: shard(OWN), more: vec![] }])).await),
+                "renewed",
+            );
             denied(verdict(theirs.release(pb::ReleaseRequest { shard: shard(OWN), name: "bound".into(), token }).await), "released a hold of");
             denied(verdict(theirs.close_session(pb::CloseSessionRequest { session_id: sid, shard: shard(OWN) }).await), "closed");
         }
+        // Nor behind one's own session, in a batch of renewals: refused for that session.
+        let theirs_own = session_as(&holder2, &grpc).await;
+        let mut theirs = LockServiceClient::new(holder2.channel(&grpc).unwrap());
+        let batch = pb::KeepAliveRequest { session_id: theirs_own, shard: shard(OWN), more: vec![sid] };
+        let answer = theirs.keep_alive(tokio_stream::iter([batch])).await.expect("their own session renews").into_inner().message().await.unwrap().unwrap();
+        let more: Vec<(u64, &str)> = answer.more.iter().map(|m| (m.session_id, m.code.as_str())).collect();
+        assert_eq!(more, vec![(sid, "PERMISSION_DENIED")], "another holder renewed a session not theirs in a batch");
         let mut r = LockServiceClient::new(reader.channel(&grpc).unwrap());
         let released = r.release(pb::ReleaseRequest { shard: shard(OWN), name: "bound".into(), token }).await;
         assert_eq!(verdict(released), Verdict::Refused(ErrorCode::PermissionDenied), "a reader cannot release");
@@ -555,7 +565,7 @@ fn a_session_asking_for_thousands_of_holds_and_waits_is_capped_and_the_cell_stay
             tokio::spawn(async move {
                 loop {
                     for id in [greedy, other] {
-                        let req = pb::KeepAliveRequest { session_id: id, shard: shard(OWN) };
+                        let req = pb::KeepAliveRequest { session_id: id, shard: shard(OWN), more: vec![] };
                         let renewed = cell
                             .call(budget, |ch| {
                                 let req = req.clone();

@@ -101,6 +101,12 @@ impl Client {
         self.inner.renewals.open()
     }
 
+    /// How many KeepAlive messages this client has sent: one per batch of its
+    /// sessions' renewals that came due together (diagnostics and tests).
+    pub fn renewal_messages(&self) -> u64 {
+        self.inner.renewals.messages()
+    }
+
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
     }

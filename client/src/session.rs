@@ -504,14 +504,17 @@ async fn renew(s: &Arc<Shared>, stop: CancellationToken, created: Instant) {
     // Every TTL/3, a hair early: the cell lists a session silent for more than TTL/3
     // in its next checkpoint, and a renewal that lands just late would cost a write.
     let period = s.ttl / 3 - s.ttl / 60;
+    // Renewals come due on a grid of the client's clock, a step at most early, so that
+    // sessions of one TTL renew together, in one message (`renewals.rs`).
+    let grid = s.ttl / 60;
     let cfg = *s.client.config();
     let mut backoff = Backoff::new(cfg.retry);
-    let mut next = created + period;
+    let renewals = s.client.renewals().clone();
+    let mut next = renewals.on_grid(created + period, grid);
     let ns = s.shard.ns.as_str().to_owned();
     // The shard lets a gateway route the stream; its epoch lets the shard's next
     // owner say the session was left behind by a move.
-    let renewal = pb::KeepAliveRequest { session_id: s.id.0, shard: Some(pb::ShardRef { epoch: s.epoch, ..shard_ref(&s.shard) }) };
-    let renewals = s.client.renewals().clone();
+    let renewal = pb::KeepAliveRequest { session_id: s.id.0, shard: Some(pb::ShardRef { epoch: s.epoch, ..shard_ref(&s.shard) }), more: vec![] };
     let shard = s.shard.clone();
     // Each attempt gets a bound, so a stream to a stuck node is retired in time for the
     // next attempt (the attempt's own bound is `timeout`, below).
@@ -570,7 +573,7 @@ async fn renew(s: &Arc<Shared>, stop: CancellationToken, created: Instant) {
             Ok((resp, sent)) => {
                 s.renewed(sent, Duration::from_millis(resp.ttl_remaining_ms));
                 backoff.reset();
-                next = sent + period;
+                next = renewals.on_grid(sent + period, grid);
             }
             Err(e) => {
                 metrics::counter!(RENEW_FAILURES, "ns" => ns.clone()).increment(1);

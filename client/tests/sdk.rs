@@ -261,9 +261,10 @@ async fn a_hold_the_cell_ends_is_signalled_to_its_holder_while_its_session_lives
     cell.shutdown().await;
 }
 
-/// A client's sessions of one shard renew as messages on one KeepAlive stream
-/// (`client/src/renewals.rs`), not one stream per renewal; when the leader dies the
-/// stream ends, and every session renews at the new leader on a new stream, none lost.
+/// A client's sessions of one shard renew in batched messages on one KeepAlive stream
+/// (`client/src/renewals.rs`), not one stream or message per renewal; when the leader
+/// dies the stream ends, and every session renews at the new leader on a new stream,
+/// none lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_renew_on_one_stream_per_shard_and_move_with_the_leader() {
     let _g = serial().await;
@@ -282,9 +283,13 @@ async fn sessions_renew_on_one_stream_per_shard_and_move_with_the_leader() {
     };
     let created = Instant::now();
 
-    info!("--- each session renews; all renewals on one stream");
+    info!("--- each session renews; all renewals on one stream, in a few batched messages");
     eventually("every session renewed", || async { all_renewed_after(&sessions, created) }).await;
     assert_eq!(client.renewal_streams(), 1, "one stream for the shard's sessions");
+    // Created within a step or two of the renewal grid (TTL/60 = 250 ms), the 20
+    // sessions renew in one message per step, not one each.
+    let messages = client.renewal_messages();
+    assert!((1..=4).contains(&messages), "{messages} KeepAlive messages for the first renewal of 20 sessions");
 
     info!("--- kill the leader: the stream ends, the renewals go to the new leader on a new one");
     let l1 = cell.leader().await;

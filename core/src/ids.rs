@@ -8,6 +8,10 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SessionId(pub u64);
 
+/// Most sessions one KeepAlive message renews: its `session_id` and the batch in
+/// `more` (proto/holdfast/lock/v1/lock.proto).
+pub const MAX_RENEWAL_BATCH: usize = 1_024;
+
 /// A position in a cell's event history; every state change that a Watch can see
 /// gets the next revision. Never goes back, never repeats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]

@@ -21,7 +21,7 @@ mod words;
 
 pub use access::{valid_principal_name, Grant, Role, MAX_PRINCIPAL_NAME_BYTES};
 pub use error::{ErrorCode, GrpcCode};
-pub use ids::{NodeId, Revision, SessionId};
+pub use ids::{NodeId, Revision, SessionId, MAX_RENEWAL_BATCH};
 pub use names::{
     validate_value, CellId, LockName, NameError, NamespaceName, RegionId, RequestId, ShardKey, ShardName, MAX_LOCK_NAME_BYTES, MAX_REQUEST_ID_BYTES,
     MAX_SHORT_NAME_BYTES, MAX_VALUE_BYTES,

@@ -197,7 +197,7 @@ impl Gateway {
 
     /// One renewal, for the HTTP front.
     pub async fn keep_alive_once(&self, ctx: &CallContext, key: &ShardKey, session_id: u64) -> Result<pb::KeepAliveResponse, Status> {
-        let first = pb::KeepAliveRequest { session_id, shard: Some(pb::ShardRef::from(key)) };
+        let first = pb::KeepAliveRequest { session_id, shard: Some(pb::ShardRef::from(key)), more: vec![] };
         let mut stream = self.keep_alive(ctx, first, None).await?;
         stream.message().await?.ok_or_else(|| status(ErrorCode::Unavailable, "the cell ended the renewal stream"))
     }

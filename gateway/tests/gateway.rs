@@ -55,7 +55,7 @@ async fn grpc_front_acquires_renews_and_releases() {
     .await
     .into_inner();
     assert!(!t1.unfenced && t1.token > 0);
-    let renewals = vec![pb::KeepAliveRequest { session_id: s, shard: shard("pay") }];
+    let renewals = vec![pb::KeepAliveRequest { session_id: s, shard: shard("pay"), more: vec![] }];
     let mut stream = c.clone().keep_alive(tokio_stream::iter(renewals)).await.unwrap().into_inner();
     assert_eq!(stream.message().await.unwrap().unwrap().ttl_remaining_ms, 10_000);
     c.clone().release(pb::ReleaseRequest { shard: shard("pay"), name: "settle".into(), token: t1.token }).await.unwrap();
@@ -67,7 +67,7 @@ async fn grpc_front_acquires_renews_and_releases() {
     assert_eq!(code(&e), "UNKNOWN_NAMESPACE");
     let e = c.clone().acquire(acquire_req("pay", s, &"n".repeat(20 * 1024), "r-4")).await.unwrap_err();
     assert_eq!(code(&e), "INVALID_ARGUMENT");
-    let e = c.clone().keep_alive(tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: s, shard: None }])).await.unwrap_err();
+    let e = c.clone().keep_alive(tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: s, shard: None, more: vec![] }])).await.unwrap_err();
     assert_eq!(code(&e), "INVALID_ARGUMENT", "a gateway needs the shard of a renewal stream");
     w.shutdown().await;
 }
@@ -564,7 +564,7 @@ async fn cancelled_streams_do_not_close_the_gateways_connection_to_the_cell() {
         let c = c.clone();
         tasks.spawn(async move {
             for i in 0..50 {
-                let one = tokio_stream::iter([pb::KeepAliveRequest { session_id: s, shard: shard("pay") }]);
+                let one = tokio_stream::iter([pb::KeepAliveRequest { session_id: s, shard: shard("pay"), more: vec![] }]);
                 let mut stream = c.clone().keep_alive(one).await.unwrap_or_else(|e| panic!("renewal {k}/{i}: {e}")).into_inner();
                 // Half are dropped with their answer unread, half after it: both before
                 // the stream's end.

@@ -7,7 +7,7 @@ use crate::clock::Renewal;
 use crate::convert::{self, invalid, lock_name, mode_from, request_id, shard_ref};
 use crate::machine::WaitResult;
 use holdfast_cell_state::{CellError, Command, DequeueReason, Outcome, MAX_REASON_BYTES};
-use holdfast_core::{ErrorCode, FencingToken, Revision, SessionId};
+use holdfast_core::{ErrorCode, FencingToken, Revision, SessionId, MAX_RENEWAL_BATCH};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_server::LockService;
 use holdfast_rpc::status::status;
@@ -76,15 +76,77 @@ impl LockApi {
         Some(status(ErrorCode::NotOwner, format!("{why}; create a new session")))
     }
 
-    /// One KeepAlive message answered.
+    /// One KeepAlive message answered: its first session (whose refusal ends the
+    /// stream), then the batch in `more` (each answered on its own).
     async fn renew_message(&self, ctx: &CallContext, msg: pb::KeepAliveRequest) -> Result<pb::KeepAliveResponse, Status> {
+        if msg.more.len() >= MAX_RENEWAL_BATCH {
+            return Err(invalid(format!("{} sessions in one KeepAlive message; at most {MAX_RENEWAL_BATCH}", msg.more.len() + 1)));
+        }
         let session = SessionId(msg.session_id);
-        if let Some(refusal) = self.moved_on(session, msg.shard) {
+        if let Some(refusal) = self.moved_on(session, msg.shard.clone()) {
             return Err(refusal);
         }
         self.cell.check_session_owner(ctx, session)?;
         let ttl = self.renew(session).await?;
-        Ok(pb::KeepAliveResponse { session_id: session.0, ttl_remaining_ms: ttl })
+        let more = if msg.more.is_empty() { Vec::new() } else { self.renew_batch(ctx, msg.shard, &msg.more).await? };
+        Ok(pb::KeepAliveResponse { session_id: session.0, ttl_remaining_ms: ttl, more })
+    }
+
+    /// The sessions of a batch, each renewed or refused on its own: one leader-lease
+    /// check for all of them, then the leader's clock confirms each under one lock, as
+    /// a single renewal is confirmed. A session whose checkpoint must be superseded
+    /// first takes the single path after. Only a refusal that says this node cannot
+    /// confirm renewals at all (`NOT_LEADER`, `UNAVAILABLE`) ends the stream.
+    async fn renew_batch(&self, ctx: &CallContext, shard: Option<pb::ShardRef>, ids: &[u64]) -> Result<Vec<pb::Renewed>, Status> {
+        let refused = |session: SessionId, e: Status| {
+            let code = holdfast_rpc::status::code_of(&e).unwrap_or(ErrorCode::Unavailable);
+            match code {
+                ErrorCode::NotLeader | ErrorCode::Unavailable => Err(e),
+                _ => Ok(pb::Renewed { session_id: session.0, ttl_remaining_ms: 0, code: code.as_str().to_owned(), message: e.message().to_owned() }),
+            }
+        };
+        let mut out: Vec<Option<pb::Renewed>> = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let session = SessionId(id);
+            let check = match self.moved_on(session, shard.clone()) {
+                Some(refusal) => Err(refusal),
+                None => self.cell.check_session_owner(ctx, session),
+            };
+            out.push(match check {
+                Ok(()) => None,
+                Err(e) => Some(refused(session, e)?),
+            });
+        }
+        self.cell.lease_check().await?;
+        let decisions: Vec<Option<Renewal>> = {
+            let now = Instant::now();
+            let mut clock = self.cell.hooks.clock.lock().expect("clock lock");
+            let Some(c) = clock.as_mut() else { return Err(status(ErrorCode::Unavailable, "the leader is still starting its clock")) };
+            ids.iter().zip(&out).map(|(id, done)| done.is_none().then(|| c.renew(now, SessionId(*id)))).collect()
+        };
+        for ((&id, slot), decision) in ids.iter().zip(out.iter_mut()).zip(decisions) {
+            let session = SessionId(id);
+            let result = match decision {
+                None => continue,
+                Some(Renewal::Confirmed { ttl_remaining }) => Ok(ttl_remaining.as_millis() as u64),
+                Some(Renewal::NeedsClear) => self.renew(session).await,
+                Some(Renewal::Unknown) => Err(self.unknown_session(session)),
+            };
+            *slot = Some(match result {
+                Ok(ttl) => pb::Renewed { session_id: id, ttl_remaining_ms: ttl, ..Default::default() },
+                Err(e) => refused(session, e)?,
+            });
+        }
+        Ok(out.into_iter().map(|r| r.expect("every session of the batch answered")).collect())
+    }
+
+    /// Why the leader's clock does not know `session`.
+    fn unknown_session(&self, session: SessionId) -> Status {
+        // Still in the state: its expiry is due or in flight.
+        self.cell.group.state().read(|m| match m.state().session(session) {
+            Some(_) => status(ErrorCode::SessionExpired, format!("session {session} has expired")),
+            None => cell_status(&m.state().dead_session_error(session)),
+        })
     }
 
     async fn renew(&self, session: SessionId) -> Result<u64, Status> {
@@ -107,13 +169,7 @@ impl LockApi {
                         return Err(cell_status(&e));
                     }
                 }
-                Renewal::Unknown => {
-                    // Still in the state: its expiry is due or in flight.
-                    return Err(self.cell.group.state().read(|m| match m.state().session(session) {
-                        Some(_) => status(ErrorCode::SessionExpired, format!("session {session} has expired")),
-                        None => cell_status(&m.state().dead_session_error(session)),
-                    }));
-                }
+                Renewal::Unknown => return Err(self.unknown_session(session)),
             }
         }
         Err(status(ErrorCode::Unavailable, "renewal kept racing with checkpoints"))

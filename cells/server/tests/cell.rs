@@ -125,6 +125,37 @@ async fn efficiency_locks_write_no_log_are_lost_with_the_leader_and_tokens_still
     cell.shutdown().await;
 }
 
+/// One KeepAlive message renews a batch (`more`): each session is answered on its own,
+/// a closed or unknown one does not end the stream or fail the others, and a batch
+/// over the limit is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keepalive_message_renews_a_batch_each_session_answered_on_its_own() {
+    let _g = serial().await;
+    let cell = TestCell::start(0).await;
+    let l = cell.leader().await;
+    let mut c = cell.client(l).await;
+    let (a, b, d) = (create_session(&mut c, TTL_MS).await, create_session(&mut c, TTL_MS).await, create_session(&mut c, TTL_MS).await);
+    c.close_session(pb::CloseSessionRequest { session_id: b, shard: shard() }).await.unwrap();
+    let never = 0x5eed_0000_0000_0001;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(pb::KeepAliveRequest { session_id: a, shard: None, more: vec![b, d, never] }).await.unwrap();
+    let mut answers = c.keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let r = answers.message().await.unwrap().unwrap();
+    assert_eq!(r.session_id, a);
+    assert!(r.ttl_remaining_ms > 0);
+    let got: Vec<(u64, &str, bool)> = r.more.iter().map(|m| (m.session_id, m.code.as_str(), m.ttl_remaining_ms > 0)).collect();
+    assert_eq!(got, vec![(b, "SESSION_EXPIRED", false), (d, "", true), (never, "UNKNOWN_SESSION", false)], "{:?}", r.more);
+
+    info!("--- the stream stays open; a batch over the limit is refused");
+    tx.send(pb::KeepAliveRequest { session_id: d, shard: None, more: vec![a] }).await.unwrap();
+    let r = answers.message().await.unwrap().unwrap();
+    assert_eq!((r.session_id, r.more.len(), r.more[0].session_id, r.more[0].code.as_str()), (d, 1, a, ""));
+    tx.send(pb::KeepAliveRequest { session_id: a, shard: None, more: vec![d; holdfast_core::MAX_RENEWAL_BATCH] }).await.unwrap();
+    let e = answers.message().await.unwrap_err();
+    assert_eq!(code(&e), "INVALID_ARGUMENT", "{e:?}");
+    cell.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_session_loses_lock_after_ttl_not_before_and_waiter_gets_larger_token() {
     let _g = serial().await;

@@ -274,7 +274,7 @@ pub fn acquire_req(session: u64, name: &str, rid: &str, wait_ms: u64) -> pb::Acq
 }
 
 pub async fn renew(c: &mut LockServiceClient<Channel>, session: u64) -> Result<u64, tonic::Status> {
-    let mut stream = c.keep_alive(tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: session, shard: None }])).await?.into_inner();
+    let mut stream = c.keep_alive(tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: session, shard: None, more: vec![] }])).await?.into_inner();
     match stream.message().await? {
         Some(r) => Ok(r.ttl_remaining_ms),
         None => Err(tonic::Status::unavailable("keepalive stream ended")),

@@ -253,7 +253,7 @@ pub async fn wait_queued(c: &mut LockServiceClient<Channel>, name: &str) {
 
 /// One KeepAlive round trip on a fresh stream.
 pub async fn renew(c: &mut LockServiceClient<Channel>, session: u64) -> Result<u64, tonic::Status> {
-    let req = tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: session, shard: None }]);
+    let req = tokio_stream::iter(vec![pb::KeepAliveRequest { session_id: session, shard: None, more: vec![] }]);
     let mut stream = c.keep_alive(req).await?.into_inner();
     match stream.message().await? {
         Some(r) => Ok(r.ttl_remaining_ms),
