@@ -244,7 +244,9 @@ pub async fn session(c: &mut LockServiceClient<Channel>, ttl_ms: u64) -> u64 {
     }
 }
 
-/// Retries a call while the node answers UNAVAILABLE (a new leader starting its clock).
+/// Retries a call while the node answers UNAVAILABLE (a new leader starting its clock)
+/// or NOT_LEADER (a leader just elected, before a quorum has acknowledged it within
+/// its lease: docs/api.md lists both as retryable).
 pub async fn until_ok<T, F, Fut>(what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
@@ -254,7 +256,7 @@ where
     loop {
         match f().await {
             Ok(v) => return v,
-            Err(e) if code(&e) == "UNAVAILABLE" && Instant::now() < deadline => {}
+            Err(e) if ["UNAVAILABLE", "NOT_LEADER"].contains(&code(&e).as_str()) && Instant::now() < deadline => {}
             Err(e) => panic!("{what}: {e:?}"),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
