@@ -51,11 +51,18 @@ pub struct Options {
     /// between the cells (planned and unplanned) under the workload. Without it: one
     /// cell serving its shard at epoch 1, the workers calling it directly.
     pub moves: bool,
+    /// turmoil's step of simulated time. Every host's runtime is polled once a step, so
+    /// the step sets the cost of a seed; a coarser one is cheaper, rounds every message
+    /// latency and timer up to it, and gives other histories.
+    pub tick: Duration,
 }
+
+/// The step of simulated time unless `--tick-ms` says otherwise (turmoil's default).
+pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
 
 impl Options {
     pub fn new(seed: u64) -> Options {
-        Options { seed, workload: Workload::default(), faults: true, plant: None, moves: false }
+        Options { seed, workload: Workload::default(), faults: true, plant: None, moves: false, tick: DEFAULT_TICK }
     }
 }
 
@@ -273,6 +280,7 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
     let mut dice = Dice::new(opts.seed);
     let mut sim = turmoil::Builder::new()
         .rng_seed(opts.seed)
+        .tick_duration(opts.tick)
         .simulation_duration(Duration::from_secs(3_600))
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(workload::MAX_LATENCY)

@@ -1,13 +1,15 @@
 //! `holdfast-sim --seeds N [--from S] | --seed S [--history FILE] [--moves]
-//! [--no-faults] [--plant BUG]`: runs seeds of the simulation (docs/simulation.md) and
+//! [--no-faults] [--plant BUG] [--tick-ms T]`: runs seeds of the simulation (docs/simulation.md) and
 //! reports each one the checker flags, with the command that replays it. `--moves`:
 //! two cells, the registry and a gateway, the shard moving between the cells. Exit status 1 if any seed
 //! fails. With `--plant`, every node runs that planted bug (debug builds); with
 //! `--until-found` (implied by `--plant`) the run stops at the first failing seed and
-//! says how many seeds it took — exit status 0 then, 1 if no seed failed.
+//! says how many seeds it took — exit status 0 then, 1 if no seed failed. `--tick-ms`:
+//! simulated time advances in steps of T ms (1 unless given), cheaper per seed the
+//! coarser, and a seed's history depends on it.
 
-use holdfast_sim::{run, Options};
-use std::time::Instant;
+use holdfast_sim::{run, Options, DEFAULT_TICK};
+use std::time::{Duration, Instant};
 
 /// Log lines stamped with simulated time (ms), which a replay repeats.
 struct SimTime;
@@ -33,11 +35,14 @@ fn replay(seed: u64, opts: &Options) -> String {
     if let Some(p) = &opts.plant {
         c.push_str(&format!(" --plant {p}"));
     }
+    if opts.tick != DEFAULT_TICK {
+        c.push_str(&format!(" --tick-ms {}", opts.tick.as_millis()));
+    }
     c
 }
 
 fn usage() -> ! {
-    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found]");
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T]");
     std::process::exit(2)
 }
 
@@ -60,6 +65,10 @@ fn main() {
                 until_found = true;
             }
             "--until-found" => until_found = true,
+            "--tick-ms" => match num() {
+                t @ 1..=100 => base.tick = Duration::from_millis(t),
+                _ => usage(),
+            },
             _ => usage(),
         }
     }
