@@ -308,3 +308,41 @@ async fn sessions_renew_on_one_stream_per_shard_and_move_with_the_leader() {
     }
     cell.shutdown().await;
 }
+
+/// Against a cell released before batched renewals (a test double that drops `more`,
+/// as such a cell ignores it), the SDK learns from the first answer that the batch was
+/// not renewed, renews the rest one session a message from then on, and loses none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_a_cell_older_than_batching_renewals_go_one_a_message_and_no_session_is_lost() {
+    let _g = serial().await;
+    let cell = TestCell::start(0).await;
+    let old = PredatesBatching::start(&cell.leader_endpoint().await).await;
+    let client = Client::connect(&[old.addr.to_string()]).await.unwrap();
+    let ttl = Duration::from_secs(3);
+    let mut sessions = Vec::new();
+    for _ in 0..20 {
+        sessions.push(client.create_session(opts(ttl)).await.unwrap());
+    }
+    let renewed_after = |at: Instant| sessions.iter().all(|s| s.time_left().is_some_and(|left| Instant::now() + left > at + ttl * 2 / 3));
+
+    info!("--- the first renewals go batched; the double answers the first session of each only");
+    let created = Instant::now();
+    eventually("every session renewed once", || async { renewed_after(created) }).await;
+    let batched = old.batched.load(std::sync::atomic::Ordering::Relaxed);
+    assert!((1..=4).contains(&batched), "{batched} batched messages before the client learned the cell predates batching");
+
+    info!("--- two more rounds: one session a message, none batched, none lost");
+    let learned = Instant::now();
+    let singles_before = old.messages.load(std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(ttl).await;
+    eventually("every session renewed twice more", || async { renewed_after(learned + ttl / 3) }).await;
+    assert_eq!(old.batched.load(std::sync::atomic::Ordering::Relaxed), batched, "the client kept sending batches the cell does not answer");
+    let singles = old.messages.load(std::sync::atomic::Ordering::Relaxed) - singles_before;
+    assert!(singles >= 2 * 20, "{singles} messages for two rounds of 20 sessions, one a message");
+    assert!(sessions.iter().all(|s| !s.is_lost()), "a session was lost against the old cell");
+    for s in &sessions {
+        s.close().await.unwrap();
+    }
+    drop(old);
+    cell.shutdown().await;
+}

@@ -114,6 +114,11 @@ impl TestCell {
         }
     }
 
+    /// The client address of the node that leads now.
+    pub async fn leader_endpoint(&self) -> String {
+        self.addrs[&self.leader().await].to_string()
+    }
+
     pub async fn stop_node(&mut self, id: u64) {
         if let Some(n) = self.nodes.remove(&id) {
             n.shutdown().await;
@@ -170,4 +175,122 @@ impl TestCell {
 pub fn counter(name: &str) -> f64 {
     let text = holdfast_telemetry::install().render();
     text.lines().filter(|l| l.starts_with(name) && l.contains("ns=\"pay\"")).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// A test double of a cell released before batched renewals, in front of a real cell's
+/// leader: it forwards CreateSession and CloseSession, and KeepAlive with each message's
+/// `more` dropped, as a server that does not know the field ignores it (it renews the
+/// first session and answers without `more`). Everything else is UNIMPLEMENTED.
+pub struct PredatesBatching {
+    pub addr: SocketAddr,
+    /// KeepAlive messages that arrived with a batch in `more`.
+    pub batched: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// KeepAlive messages in all.
+    pub messages: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl PredatesBatching {
+    pub async fn start(upstream: &str) -> PredatesBatching {
+        use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
+        let upstream = LockServiceClient::new(holdfast_rpc::Transport::insecure().connect(upstream).await.unwrap());
+        let double = OldCell { upstream, batched: Default::default(), messages: Default::default() };
+        let (batched, messages) = (double.batched.clone(), double.messages.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let transport = holdfast_rpc::Transport::insecure();
+        let router = transport.grpc_server().add_service(LockServiceServer::new(double));
+        tokio::spawn(async move {
+            let _ = transport
+                .serve_grpc(router, listener, async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        PredatesBatching { addr, batched, messages, stop: Some(stop) }
+    }
+}
+
+impl Drop for PredatesBatching {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+struct OldCell {
+    upstream: LockServiceClient<holdfast_rpc::Channel>,
+    batched: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    messages: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+type Answers<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, tonic::Status>> + Send>>;
+
+fn not_in_the_double(what: &str) -> tonic::Status {
+    tonic::Status::unimplemented(format!("{what}: not in the test double"))
+}
+
+#[tonic::async_trait]
+impl holdfast_proto::lock::v1::lock_service_server::LockService for OldCell {
+    async fn create_session(&self, r: tonic::Request<pb::CreateSessionRequest>) -> Result<tonic::Response<pb::CreateSessionResponse>, tonic::Status> {
+        self.upstream.clone().create_session(r.into_inner()).await
+    }
+
+    type KeepAliveStream = Answers<pb::KeepAliveResponse>;
+
+    async fn keep_alive(&self, r: tonic::Request<tonic::Streaming<pb::KeepAliveRequest>>) -> Result<tonic::Response<Self::KeepAliveStream>, tonic::Status> {
+        use std::sync::atomic::Ordering;
+        use tokio_stream::StreamExt;
+        let (batched, messages) = (self.batched.clone(), self.messages.clone());
+        let requests = r.into_inner().map_while(Result::ok).map(move |mut m| {
+            messages.fetch_add(1, Ordering::Relaxed);
+            if !m.more.is_empty() {
+                batched.fetch_add(1, Ordering::Relaxed);
+            }
+            m.more.clear();
+            m
+        });
+        let answers = self.upstream.clone().keep_alive(requests).await?.into_inner();
+        Ok(tonic::Response::new(Box::pin(answers)))
+    }
+
+    async fn close_session(&self, r: tonic::Request<pb::CloseSessionRequest>) -> Result<tonic::Response<pb::CloseSessionResponse>, tonic::Status> {
+        self.upstream.clone().close_session(r.into_inner()).await
+    }
+
+    async fn acquire(&self, _: tonic::Request<pb::AcquireRequest>) -> Result<tonic::Response<pb::AcquireResponse>, tonic::Status> {
+        Err(not_in_the_double("Acquire"))
+    }
+
+    async fn release(&self, _: tonic::Request<pb::ReleaseRequest>) -> Result<tonic::Response<pb::ReleaseResponse>, tonic::Status> {
+        Err(not_in_the_double("Release"))
+    }
+
+    async fn describe(&self, _: tonic::Request<pb::DescribeRequest>) -> Result<tonic::Response<pb::DescribeResponse>, tonic::Status> {
+        Err(not_in_the_double("Describe"))
+    }
+
+    async fn list(&self, _: tonic::Request<pb::ListRequest>) -> Result<tonic::Response<pb::ListResponse>, tonic::Status> {
+        Err(not_in_the_double("List"))
+    }
+
+    async fn list_sessions(&self, _: tonic::Request<pb::ListSessionsRequest>) -> Result<tonic::Response<pb::ListSessionsResponse>, tonic::Status> {
+        Err(not_in_the_double("ListSessions"))
+    }
+
+    type WatchStream = Answers<pb::WatchResponse>;
+
+    async fn watch(&self, _: tonic::Request<pb::WatchRequest>) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+        Err(not_in_the_double("Watch"))
+    }
+
+    async fn check_token(&self, _: tonic::Request<pb::CheckTokenRequest>) -> Result<tonic::Response<pb::CheckTokenResponse>, tonic::Status> {
+        Err(not_in_the_double("CheckToken"))
+    }
+
+    async fn break_lock(&self, _: tonic::Request<pb::BreakLockRequest>) -> Result<tonic::Response<pb::BreakLockResponse>, tonic::Status> {
+        Err(not_in_the_double("BreakLock"))
+    }
 }
