@@ -329,7 +329,7 @@ async fn against_a_cell_older_than_batching_renewals_go_one_a_message_and_no_ses
     let created = Instant::now();
     eventually("every session renewed once", || async { renewed_after(created) }).await;
     let batched = old.batched.load(std::sync::atomic::Ordering::Relaxed);
-    assert!((1..=4).contains(&batched), "{batched} batched messages before the client learned the cell predates batching");
+    assert!(batched >= 1, "the first renewals were not batched");
 
     info!("--- two more rounds: one session a message, none batched, none lost");
     let learned = Instant::now();
