@@ -328,16 +328,16 @@ async fn against_a_cell_older_than_batching_renewals_go_one_a_message_and_no_ses
     info!("--- the first renewals go batched; the double answers the first session of each only");
     let created = Instant::now();
     eventually("every session renewed once", || async { renewed_after(created) }).await;
-    let batched = old.batched.load(std::sync::atomic::Ordering::Relaxed);
+    let batched = old.counts.batched();
     assert!(batched >= 1, "the first renewals were not batched");
 
     info!("--- two more rounds: one session a message, none batched, none lost");
     let learned = Instant::now();
-    let singles_before = old.messages.load(std::sync::atomic::Ordering::Relaxed);
+    let singles_before = old.counts.messages();
     tokio::time::sleep(ttl).await;
     eventually("every session renewed twice more", || async { renewed_after(learned + ttl / 3) }).await;
-    assert_eq!(old.batched.load(std::sync::atomic::Ordering::Relaxed), batched, "the client kept sending batches the cell does not answer");
-    let singles = old.messages.load(std::sync::atomic::Ordering::Relaxed) - singles_before;
+    assert_eq!(old.counts.batched(), batched, "the client kept sending batches the cell does not answer");
+    let singles = old.counts.messages() - singles_before;
     assert!(singles >= 2 * 20, "{singles} messages for two rounds of 20 sessions, one a message");
     assert!(sessions.iter().all(|s| !s.is_lost()), "a session was lost against the old cell");
     for s in &sessions {

@@ -183,10 +183,7 @@ pub fn counter(name: &str) -> f64 {
 /// first session and answers without `more`). Everything else is UNIMPLEMENTED.
 pub struct PredatesBatching {
     pub addr: SocketAddr,
-    /// KeepAlive messages that arrived with a batch in `more`.
-    pub batched: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// KeepAlive messages in all.
-    pub messages: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pub counts: std::sync::Arc<Counts>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -194,8 +191,8 @@ impl PredatesBatching {
     pub async fn start(upstream: &str) -> PredatesBatching {
         use holdfast_proto::lock::v1::lock_service_server::LockServiceServer;
         let upstream = LockServiceClient::new(holdfast_rpc::Transport::insecure().connect(upstream).await.unwrap());
-        let double = OldCell { upstream, batched: Default::default(), messages: Default::default() };
-        let (batched, messages) = (double.batched.clone(), double.messages.clone());
+        let counts = std::sync::Arc::new(Counts::default());
+        let double = OldCell { upstream, counts: counts.clone() };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -208,7 +205,7 @@ impl PredatesBatching {
                 })
                 .await;
         });
-        PredatesBatching { addr, batched, messages, stop: Some(stop) }
+        PredatesBatching { addr, counts, stop: Some(stop) }
     }
 }
 
@@ -222,8 +219,25 @@ impl Drop for PredatesBatching {
 
 struct OldCell {
     upstream: LockServiceClient<holdfast_rpc::Channel>,
-    batched: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    messages: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    counts: std::sync::Arc<Counts>,
+}
+
+/// What the double saw: KeepAlive messages in all, and those that came with a batch
+/// in `more`.
+#[derive(Default)]
+pub struct Counts {
+    messages: std::sync::atomic::AtomicU64,
+    batched: std::sync::atomic::AtomicU64,
+}
+
+impl Counts {
+    pub fn messages(&self) -> u64 {
+        self.messages.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn batched(&self) -> u64 {
+        self.batched.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 type Answers<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, tonic::Status>> + Send>>;
@@ -243,11 +257,11 @@ impl holdfast_proto::lock::v1::lock_service_server::LockService for OldCell {
     async fn keep_alive(&self, r: tonic::Request<tonic::Streaming<pb::KeepAliveRequest>>) -> Result<tonic::Response<Self::KeepAliveStream>, tonic::Status> {
         use std::sync::atomic::Ordering;
         use tokio_stream::StreamExt;
-        let (batched, messages) = (self.batched.clone(), self.messages.clone());
+        let counts = self.counts.clone();
         let requests = r.into_inner().map_while(Result::ok).map(move |mut m| {
-            messages.fetch_add(1, Ordering::Relaxed);
+            counts.messages.fetch_add(1, Ordering::Relaxed);
             if !m.more.is_empty() {
-                batched.fetch_add(1, Ordering::Relaxed);
+                counts.batched.fetch_add(1, Ordering::Relaxed);
             }
             m.more.clear();
             m
