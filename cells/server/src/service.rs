@@ -7,7 +7,7 @@ use crate::clock::Renewal;
 use crate::convert::{self, invalid, lock_name, mode_from, request_id, shard_ref};
 use crate::machine::WaitResult;
 use holdfast_cell_state::{CellError, Command, DequeueReason, Outcome, MAX_REASON_BYTES};
-use holdfast_core::{ErrorCode, FencingToken, Revision, SessionId, MAX_RENEWAL_BATCH};
+use holdfast_core::{ErrorCode, FencingToken, Revision, SessionId, ShardKey, MAX_RENEWAL_BATCH};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_server::LockService;
 use holdfast_rpc::status::status;
@@ -47,15 +47,12 @@ impl LockApi {
         clock.as_ref().and_then(|c| c.remaining(Instant::now(), session)).map_or(0, |d| d.as_millis() as u64)
     }
 
-    /// One renewal under the session rules. `Ok(remaining)` or the status that ends
-    /// the KeepAlive stream.
     /// `NOT_OWNER` for a renewal whose session's shard has moved on: the session lives
     /// here but its shard was sealed (it left this cell), or the session is unknown here
     /// and the client names an epoch this cell does not serve (the renewal was routed to
     /// the shard's new owner, perhaps before it adopted). Its client re-creates the
     /// session.
-    fn moved_on(&self, session: SessionId, shard: Option<pb::ShardRef>) -> Option<Status> {
-        let named = shard.filter(|s| s.epoch != 0).and_then(|s| Some((holdfast_proto::convert::shard_key(s.ns, s.shard).ok()?, s.epoch)));
+    fn moved_on(&self, session: SessionId, named: Option<&(ShardKey, u32)>) -> Option<Status> {
         let why = self.cell.group.state().read(|m| {
             let st = m.state();
             match st.session(session) {
@@ -64,8 +61,8 @@ impl LockApi {
                 // (it serves a newer one, or is still adopting the shard, or never had
                 // it): the session was left behind by a move, not expired here.
                 None => {
-                    let (key, epoch) = named?;
-                    match st.served_epoch(&key) {
+                    let &(ref key, epoch) = named?;
+                    match st.served_epoch(key) {
                         Some(now) if now.0 == epoch => None,
                         Some(now) => Some(format!("shard {key} moved on from epoch {epoch} (now {}); session {session} stayed behind", now.0)),
                         None => Some(format!("this cell does not serve shard {key} at epoch {epoch}; session {session} lives elsewhere")),
@@ -77,27 +74,23 @@ impl LockApi {
     }
 
     /// One KeepAlive message answered: its first session (whose refusal ends the
-    /// stream), then the batch in `more` (each answered on its own).
+    /// stream), then the batch in `more` (each answered on its own). One leader-lease
+    /// check for the whole message, then the leader's clock confirms every session
+    /// under one lock, as a single renewal is confirmed. A session whose checkpoint
+    /// must be superseded first takes the single path ([`LockApi::renew`]) after. In
+    /// the batch, only a refusal that says this node cannot confirm renewals at all
+    /// (`NOT_LEADER`, `UNAVAILABLE`) ends the stream.
     async fn renew_message(&self, ctx: &CallContext, msg: pb::KeepAliveRequest) -> Result<pb::KeepAliveResponse, Status> {
         if msg.more.len() >= MAX_RENEWAL_BATCH {
             return Err(invalid(format!("{} sessions in one KeepAlive message; at most {MAX_RENEWAL_BATCH}", msg.more.len() + 1)));
         }
-        let session = SessionId(msg.session_id);
-        if let Some(refusal) = self.moved_on(session, msg.shard.clone()) {
+        // The shard and epoch the client names, parsed once for every session.
+        let named = msg.shard.filter(|s| s.epoch != 0).and_then(|s| Some((holdfast_proto::convert::shard_key(s.ns, s.shard).ok()?, s.epoch)));
+        let first = SessionId(msg.session_id);
+        if let Some(refusal) = self.moved_on(first, named.as_ref()) {
             return Err(refusal);
         }
-        self.cell.check_session_owner(ctx, session)?;
-        let ttl = self.renew(session).await?;
-        let more = if msg.more.is_empty() { Vec::new() } else { self.renew_batch(ctx, msg.shard, &msg.more).await? };
-        Ok(pb::KeepAliveResponse { session_id: session.0, ttl_remaining_ms: ttl, more })
-    }
-
-    /// The sessions of a batch, each renewed or refused on its own: one leader-lease
-    /// check for all of them, then the leader's clock confirms each under one lock, as
-    /// a single renewal is confirmed. A session whose checkpoint must be superseded
-    /// first takes the single path after. Only a refusal that says this node cannot
-    /// confirm renewals at all (`NOT_LEADER`, `UNAVAILABLE`) ends the stream.
-    async fn renew_batch(&self, ctx: &CallContext, shard: Option<pb::ShardRef>, ids: &[u64]) -> Result<Vec<pb::Renewed>, Status> {
+        self.cell.check_session_owner(ctx, first)?;
         let refused = |session: SessionId, e: Status| {
             let code = holdfast_rpc::status::code_of(&e).unwrap_or(ErrorCode::Unavailable);
             match code {
@@ -105,39 +98,50 @@ impl LockApi {
                 _ => Ok(pb::Renewed { session_id: session.0, ttl_remaining_ms: 0, code: code.as_str().to_owned(), message: e.message().to_owned() }),
             }
         };
-        let mut out: Vec<Option<pb::Renewed>> = Vec::with_capacity(ids.len());
-        for &id in ids {
+        // The batch's own refusals, before the clock is asked.
+        let mut more: Vec<Option<pb::Renewed>> = Vec::with_capacity(msg.more.len());
+        for &id in &msg.more {
             let session = SessionId(id);
-            let check = match self.moved_on(session, shard.clone()) {
+            let check = match self.moved_on(session, named.as_ref()) {
                 Some(refusal) => Err(refusal),
                 None => self.cell.check_session_owner(ctx, session),
             };
-            out.push(match check {
+            more.push(match check {
                 Ok(()) => None,
                 Err(e) => Some(refused(session, e)?),
             });
         }
+        // Rule 1, once for the message.
         self.cell.lease_check().await?;
-        let decisions: Vec<Option<Renewal>> = {
+        let (first_decision, decisions) = {
             let now = Instant::now();
             let mut clock = self.cell.hooks.clock.lock().expect("clock lock");
             let Some(c) = clock.as_mut() else { return Err(status(ErrorCode::Unavailable, "the leader is still starting its clock")) };
-            ids.iter().zip(&out).map(|(id, done)| done.is_none().then(|| c.renew(now, SessionId(*id)))).collect()
+            let first_decision = c.renew(now, first);
+            let decisions: Vec<Option<Renewal>> = msg.more.iter().zip(&more).map(|(id, done)| done.is_none().then(|| c.renew(now, SessionId(*id)))).collect();
+            (first_decision, decisions)
         };
-        for ((&id, slot), decision) in ids.iter().zip(out.iter_mut()).zip(decisions) {
+        let ttl_remaining_ms = self.settle(first, first_decision).await?;
+        for ((&id, slot), decision) in msg.more.iter().zip(more.iter_mut()).zip(decisions) {
+            let Some(decision) = decision else { continue };
             let session = SessionId(id);
-            let result = match decision {
-                None => continue,
-                Some(Renewal::Confirmed { ttl_remaining }) => Ok(ttl_remaining.as_millis() as u64),
-                Some(Renewal::NeedsClear) => self.renew(session).await,
-                Some(Renewal::Unknown) => Err(self.unknown_session(session)),
-            };
-            *slot = Some(match result {
+            *slot = Some(match self.settle(session, decision).await {
                 Ok(ttl) => pb::Renewed { session_id: id, ttl_remaining_ms: ttl, ..Default::default() },
                 Err(e) => refused(session, e)?,
             });
         }
-        Ok(out.into_iter().map(|r| r.expect("every session of the batch answered")).collect())
+        let more = more.into_iter().map(|r| r.expect("every session of the batch answered")).collect();
+        Ok(pb::KeepAliveResponse { session_id: first.0, ttl_remaining_ms, more })
+    }
+
+    /// What the leader's clock decided for `session`, as an answer: the time left, the
+    /// single path when a checkpoint must be superseded first, or why it is unknown.
+    async fn settle(&self, session: SessionId, decision: Renewal) -> Result<u64, Status> {
+        match decision {
+            Renewal::Confirmed { ttl_remaining } => Ok(ttl_remaining.as_millis() as u64),
+            Renewal::NeedsClear => self.renew(session).await,
+            Renewal::Unknown => Err(self.unknown_session(session)),
+        }
     }
 
     /// Why the leader's clock does not know `session`.
@@ -149,6 +153,8 @@ impl LockApi {
         })
     }
 
+    /// One renewal under the session rules, each try with its own leader-lease check:
+    /// `Ok(remaining)` or the status that refuses it.
     async fn renew(&self, session: SessionId) -> Result<u64, Status> {
         // A renewal racing a checkpoint's proposal clears twice: once perhaps before the
         // checkpoint lands in the log (not counted), once after.
