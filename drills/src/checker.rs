@@ -27,7 +27,10 @@
 //!    Acquire was sent after the registry's watch showed every shard of the namespace
 //!    that C owned at e at a later epoch. A cell stops granting before the registry
 //!    moves a shard on (a seal, or the end of its ownership lease), so an Acquire that
-//!    arrives afterwards must be refused.
+//!    arrives afterwards must be refused. In the simulation, where every host shares
+//!    one clock, the same invariant is checked on the servers' own moments: a cell's
+//!    grant at epoch e (`CellGranted`) after the registry committed the transfer of
+//!    every shard of the namespace at e to a later epoch (`ShardTransferred`).
 
 use crate::history::{Event, EventKind, History, LockKey, OpId, SessionRef};
 use holdfast_core::{CellId, Epoch, FencingToken, NamespaceName, ShardName};
@@ -352,18 +355,44 @@ fn two_cells_serving(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mu
 fn grants_after_ownership(history: &History, ops: &HashMap<OpId, Op>, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
     // For every (ns, shard, cell, epoch) the watch showed: the first line that showed
     // the shard at a later epoch (`None`: never, as far as the history goes).
+    // The registry's own record of a transfer (the simulation) counts as the watch's.
     let mut ended: BTreeMap<(&NamespaceName, &ShardName, &CellId, Epoch), Option<usize>> = BTreeMap::new();
     for (i, e) in history.events.iter().enumerate() {
-        if let EventKind::OwnerObserved { ns, shard, cell, epoch, .. } = &e.kind {
-            for ((n, s, _, ep), end) in ended.iter_mut() {
-                if *n == ns && *s == shard && *ep < *epoch && end.is_none() {
-                    *end = Some(i);
-                }
-            }
-            if let Some(c) = cell {
-                ended.entry((ns, shard, c, *epoch)).or_insert(None);
+        let (ns, shard, cell, epoch) = match &e.kind {
+            EventKind::OwnerObserved { ns, shard, cell, epoch, .. } => (ns, shard, cell.as_ref(), *epoch),
+            EventKind::ShardTransferred { ns, shard, cell, epoch } => (ns, shard, Some(cell), *epoch),
+            _ => continue,
+        };
+        for ((n, s, _, ep), end) in ended.iter_mut() {
+            if *n == ns && *s == shard && *ep < epoch && end.is_none() {
+                *end = Some(i);
             }
         }
+        if let Some(c) = cell {
+            ended.entry((ns, shard, c, epoch)).or_insert(None);
+        }
+    }
+    // The cells' own moments of granting (the simulation): the first of each token.
+    let mut stamped: HashMap<(&LockKey, FencingToken), usize> = HashMap::new();
+    for (g, e) in history.events.iter().enumerate() {
+        let EventKind::CellGranted { lock, token } = &e.kind else { continue };
+        if stamped.insert((lock, *token), g).is_some() {
+            continue;
+        }
+        let epoch = token.epoch();
+        // Whichever cell granted owned one of the namespace's shards at this epoch
+        // (one owner per shard and epoch): flagged only if every such shard had moved
+        // on before the grant.
+        let ends: Vec<Option<usize>> = ended.iter().filter(|((n, _, _, ep), _)| *n == &lock.ns && *ep == epoch).map(|(_, end)| *end).collect();
+        if ends.is_empty() || !ends.iter().all(|end| end.is_some_and(|line| line < g)) {
+            continue;
+        }
+        let last_end = ends.iter().flatten().copied().max().expect("every one ended");
+        out.push(Violation {
+            kind: ViolationKind::GrantAfterOwnershipEnded,
+            summary: format!("a cell granted {lock} token {token} at {epoch} after the registry had moved its shard on"),
+            events: vec![at(last_end), at(g)],
+        });
     }
     for (g, e) in history.events.iter().enumerate() {
         let EventKind::GrantOk { op, lock, token, cell, .. } = &e.kind else { continue };

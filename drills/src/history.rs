@@ -201,6 +201,21 @@ pub enum EventKind {
         from_ms: u64,
         until_ms: Option<u64>,
     },
+    /// The simulation only: a cell answered an Acquire with a grant of `token`,
+    /// recorded at that moment on the clock every simulated host shares (not when the
+    /// worker heard it, which a held or slowed link can make seconds later).
+    CellGranted {
+        lock: LockKey,
+        token: FencingToken,
+    },
+    /// The simulation only: the registry committed the shard's transfer to `cell` at
+    /// `epoch`, recorded at that moment on the same shared clock.
+    ShardTransferred {
+        ns: NamespaceName,
+        shard: ShardName,
+        cell: CellId,
+        epoch: Epoch,
+    },
     FaultInjected {
         kind: FaultKind,
         target: String,

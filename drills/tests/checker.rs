@@ -253,6 +253,38 @@ fn planted_grant_after_ownership_ended_is_found() {
     only(&check(&r.h), ViolationKind::GrantAfterOwnershipEnded);
 }
 
+/// The same invariant on the servers' own moments (the simulation, one clock for all
+/// hosts): a cell's grant at epoch 1 stamped after the registry committed the shard's
+/// transfer to epoch 2, however late any worker heard of either.
+#[test]
+fn a_grant_stamped_after_the_registry_transferred_the_shard_is_found() {
+    let l = lock("settle-7");
+    let transferred = |cell: &str, epoch: u32| EventKind::ShardTransferred {
+        ns: l.ns.clone(),
+        shard: ShardName::default_shard(),
+        cell: CellId::new(cell).unwrap(),
+        epoch: Epoch(epoch),
+    };
+    let mut r = clean();
+    r.owner("us-east-1", 1);
+    r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 60_000) });
+    r.ev(transferred("eu-west-1", 2));
+    // Granted at the new epoch: allowed; the old token answered again later (a retry)
+    // counts at its first moment.
+    r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(2, 1) });
+    r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 60_000) });
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+    // A new grant at epoch 1 after the transfer: the old owner kept granting.
+    r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 60_001) });
+    only(&check(&r.h), ViolationKind::GrantAfterOwnershipEnded);
+    // The registry's own record ends the epoch even when no watch saw the shard at 1.
+    let mut r = clean();
+    r.ev(transferred("us-east-1", 1));
+    r.ev(transferred("eu-west-1", 2));
+    r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 7) });
+    only(&check(&r.h), ViolationKind::GrantAfterOwnershipEnded);
+}
+
 #[test]
 fn violations_that_need_an_unknown_op_to_be_absent_are_not_reported() {
     let l = lock("batch-9921");
