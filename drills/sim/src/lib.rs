@@ -18,6 +18,7 @@
 
 mod net;
 mod regions;
+mod stamps;
 mod workload;
 
 use holdfast_drills::checker::{check, CheckReport};
@@ -163,6 +164,18 @@ impl Dice {
     }
 }
 
+/// Log lines stamped with simulated time (s), which a replay repeats.
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(d) => write!(w, "{:>8.3}s", d.as_secs_f64()),
+            None => write!(w, "{:>9}", "-"),
+        }
+    }
+}
+
 /// The simulated time now, in ms (on any host, or in the driver between steps).
 pub(crate) fn now_ms() -> u64 {
     turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64)
@@ -304,6 +317,15 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         sim.host(gw.as_str(), move || regions::run_gateway(name.clone(), registry.clone()));
     }
     let log = Log::default();
+    // The servers' moments into the history; with RUST_LOG, their logs to stderr.
+    let _tracing = {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::Layer;
+        let logs = std::env::var_os("RUST_LOG").is_some().then(|| {
+            tracing_subscriber::fmt::layer().with_timer(SimTime).with_writer(std::io::stderr).with_filter(tracing_subscriber::EnvFilter::from_default_env())
+        });
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(stamps::Stamps(log.clone()).with_filter(stamps::Stamps::filter())).with(logs))
+    };
     let grants = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let ready = workload::Ready::default();
     let owners = Owners::default();

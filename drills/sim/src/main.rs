@@ -11,18 +11,6 @@
 use holdfast_sim::{run, Options, DEFAULT_TICK};
 use std::time::{Duration, Instant};
 
-/// Log lines stamped with simulated time (ms), which a replay repeats.
-struct SimTime;
-
-impl tracing_subscriber::fmt::time::FormatTime for SimTime {
-    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        match turmoil::sim_elapsed() {
-            Some(d) => write!(w, "{:>8.3}s", d.as_secs_f64()),
-            None => write!(w, "{:>9}", "-"),
-        }
-    }
-}
-
 /// The command that replays `seed` exactly.
 fn replay(seed: u64, opts: &Options) -> String {
     let mut c = format!("scripts/simulate.sh --seed {seed}");
@@ -71,9 +59,6 @@ fn main() {
             },
             _ => usage(),
         }
-    }
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_timer(SimTime).with_writer(std::io::stderr).init();
     }
     let list: Vec<u64> = match (seeds, one) {
         (Some(n), None) => (from..from + n).collect(),

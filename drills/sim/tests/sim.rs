@@ -1,7 +1,9 @@
 //! The simulation's own guarantees: a fixed set of seeds runs clean (and checks
 //! something), and one seed replays the same history.
 
+use holdfast_drills::history::EventKind;
 use holdfast_sim::{run, Options};
+use std::collections::BTreeSet;
 
 /// CI's seeds (scripts/simulate.sh runs thousands on demand).
 const SEEDS: std::ops::Range<u64> = 1..6;
@@ -53,16 +55,30 @@ fn fixed_seeds_with_moves_run_clean() {
     for seed in 1..3 {
         let o = run(&Options { moves: true, ..Options::new(seed) }).unwrap_or_else(|e| panic!("{e}"));
         assert!(o.grants > 0, "seed {seed}: no grant in {:?}: the run checked nothing", o.simulated);
-        let epochs: std::collections::BTreeSet<u32> = o
+        let epochs: BTreeSet<u32> = o
             .history
             .events
             .iter()
             .filter_map(|e| match &e.kind {
-                holdfast_drills::history::EventKind::GrantOk { token, .. } => Some(token.epoch().0),
+                EventKind::GrantOk { token, .. } => Some(token.epoch().0),
                 _ => None,
             })
             .collect();
         assert!(epochs.len() > 1, "seed {seed}: every grant was at epoch {epochs:?}: the shard never moved under the workload");
+        // The servers' own moments reached the history (drills/sim/src/stamps.rs): every
+        // grant a worker heard was stamped by its cell, every epoch past the first by
+        // the registry's transfer.
+        let (mut heard, mut stamped, mut transferred) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        for e in &o.history.events {
+            match &e.kind {
+                EventKind::GrantOk { token, .. } => heard.insert(*token),
+                EventKind::CellGranted { token, .. } => stamped.insert(*token),
+                EventKind::ShardTransferred { epoch, .. } => transferred.insert(epoch.0),
+                _ => false,
+            };
+        }
+        assert!(heard.is_subset(&stamped), "seed {seed}: grants heard but not stamped by a cell: {:?}", heard.difference(&stamped).collect::<Vec<_>>());
+        assert!(epochs.iter().filter(|e| **e > 1).all(|e| transferred.contains(e)), "seed {seed}: grants at {epochs:?}, transfers stamped at {transferred:?}");
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --moves --seed {seed}", o.report.violations);
     }
 }

@@ -53,6 +53,7 @@ struct Ready {
     shard: ShardKey,
     epoch: Epoch,
     from: CellId,
+    to: CellId,
     sealed: bool,
 }
 
@@ -66,9 +67,11 @@ fn ready_moves(reg: &Registry) -> Vec<Ready> {
         m.state()
             .list_shards()
             .filter_map(|(k, r)| match &r.state {
-                ShardState::Moving(mv) if mv.seal.is_some() => Some(Ready { shard: k.clone(), epoch: r.epoch, from: r.cell.clone(), sealed: true }),
+                ShardState::Moving(mv) if mv.seal.is_some() => {
+                    Some(Ready { shard: k.clone(), epoch: r.epoch, from: r.cell.clone(), to: mv.to_cell.clone(), sealed: true })
+                }
                 ShardState::Moving(mv) if !mv.planned && leases.expired(now, k) => {
-                    Some(Ready { shard: k.clone(), epoch: r.epoch, from: r.cell.clone(), sealed: false })
+                    Some(Ready { shard: k.clone(), epoch: r.epoch, from: r.cell.clone(), to: mv.to_cell.clone(), sealed: false })
                 }
                 _ => None,
             })
@@ -92,6 +95,7 @@ async fn duties(reg: &Arc<Registry>, term: u64, shutdown: &CancellationToken) {
                     info!(
                     shard = %ready.shard,
                     from = %ready.from,
+                    cell = %ready.to,
                     epoch = ready.epoch.0 + 1,
                     reason = if ready.sealed { "source sealed" } else { "source lease ran out" },
                     "shard transferred"

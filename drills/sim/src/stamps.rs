@@ -1,0 +1,102 @@
+//! The servers' own moments, recorded into the run's history as they happen: a cell
+//! answering an Acquire with a grant (`CellGranted`), and the registry committing a
+//! shard's transfer (`ShardTransferred`). Every simulated host shares one clock, so
+//! the checker can hold the one against the other however late a worker heard of
+//! either (a held or slowed link delivers seconds late). They are read off the
+//! servers' tracing events, the only window into a server the simulation needs; the
+//! simulation's own tests assert that a run with grants records them, so a renamed
+//! event cannot silently turn the check off (docs/simulation.md).
+
+use crate::Log;
+use holdfast_core::{CellId, Epoch, FencingToken, LockName, NamespaceName, ShardName};
+use holdfast_drills::history::{EventKind, LockKey};
+use std::fmt;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::{Context, Layer};
+
+/// The cell's service logs each grant it answers (`debug`); the registry logs each
+/// transfer it committed (`info`, from its service and from its leader's duties).
+const CELL_TARGET: &str = "holdfast_cell::service";
+const GRANTED: &str = "granted";
+const REGISTRY_TARGET: &str = "holdfast_registry";
+const TRANSFERRED: &str = "shard transferred";
+
+/// The layer that turns those events into history lines.
+pub(crate) struct Stamps(pub(crate) Log);
+
+impl Stamps {
+    /// Only the events it reads reach it.
+    pub(crate) fn filter() -> Targets {
+        Targets::new().with_target(CELL_TARGET, Level::DEBUG).with_target(REGISTRY_TARGET, Level::INFO)
+    }
+}
+
+/// The fields the two events carry.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    shard: String,
+    lock: String,
+    cell: String,
+    token: u64,
+    epoch: u64,
+}
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let slot = match field.name() {
+            "message" => &mut self.message,
+            "shard" => &mut self.shard,
+            "lock" => &mut self.lock,
+            "cell" => &mut self.cell,
+            _ => return,
+        };
+        *slot = format!("{value:?}");
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        match field.name() {
+            "token" => self.token = value,
+            "epoch" => self.epoch = value,
+            _ => {}
+        }
+    }
+}
+
+impl Fields {
+    /// `ns/shard`, as a shard key displays.
+    fn shard(&self) -> Option<(NamespaceName, ShardName)> {
+        let (ns, shard) = self.shard.split_once('/')?;
+        Some((NamespaceName::new(ns).ok()?, ShardName::new(shard).ok()?))
+    }
+
+    fn line(&self, target: &str) -> Option<EventKind> {
+        if target == CELL_TARGET && self.message == GRANTED {
+            let (ns, _) = self.shard()?;
+            return Some(EventKind::CellGranted { lock: LockKey { ns, name: LockName::new(self.lock.as_str()).ok()? }, token: FencingToken(self.token) });
+        }
+        if target.starts_with(REGISTRY_TARGET) && self.message == TRANSFERRED {
+            let (ns, shard) = self.shard()?;
+            return Some(EventKind::ShardTransferred { ns, shard, cell: CellId::new(self.cell.as_str()).ok()?, epoch: Epoch(u32::try_from(self.epoch).ok()?) });
+        }
+        None
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Stamps {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        match fields.line(event.metadata().target()) {
+            Some(kind) => self.0.record(kind),
+            // One of the two events, but not as this layer reads it: a renamed field
+            // would turn the check off, so the run says so loudly.
+            None if fields.message == GRANTED || fields.message == TRANSFERRED => {
+                panic!("the simulation cannot read the servers' {:?} event (fields changed?): see drills/sim/src/stamps.rs", fields.message)
+            }
+            None => {}
+        }
+    }
+}
