@@ -372,6 +372,16 @@ fn grants_after_ownership(history: &History, ops: &HashMap<OpId, Op>, at: &dyn F
             ended.entry((ns, shard, c, epoch)).or_insert(None);
         }
     }
+    // The last line that ended an ownership of `ns` at `epoch` (by `cell`, or by any
+    // cell), if every such ownership the history knows had ended before `line`.
+    let all_ended_before = |ns: &NamespaceName, cell: Option<&CellId>, epoch: Epoch, line: usize| -> Option<usize> {
+        let ends: Vec<Option<usize>> =
+            ended.iter().filter(|((n, _, c, ep), _)| *n == ns && cell.is_none_or(|cell| *c == cell) && *ep == epoch).map(|(_, end)| *end).collect();
+        if ends.is_empty() || !ends.iter().all(|end| end.is_some_and(|e| e < line)) {
+            return None;
+        }
+        ends.into_iter().flatten().max()
+    };
     // The cells' own moments of granting (the simulation): the first of each token.
     let mut stamped: HashMap<(&LockKey, FencingToken), usize> = HashMap::new();
     for (g, e) in history.events.iter().enumerate() {
@@ -383,11 +393,7 @@ fn grants_after_ownership(history: &History, ops: &HashMap<OpId, Op>, at: &dyn F
         // Whichever cell granted owned one of the namespace's shards at this epoch
         // (one owner per shard and epoch): flagged only if every such shard had moved
         // on before the grant.
-        let ends: Vec<Option<usize>> = ended.iter().filter(|((n, _, _, ep), _)| *n == &lock.ns && *ep == epoch).map(|(_, end)| *end).collect();
-        if ends.is_empty() || !ends.iter().all(|end| end.is_some_and(|line| line < g)) {
-            continue;
-        }
-        let last_end = ends.iter().flatten().copied().max().expect("every one ended");
+        let Some(last_end) = all_ended_before(&lock.ns, None, epoch, g) else { continue };
         out.push(Violation {
             kind: ViolationKind::GrantAfterOwnershipEnded,
             summary: format!("a cell granted {lock} token {token} at {epoch} after the registry had moved its shard on"),
@@ -397,14 +403,10 @@ fn grants_after_ownership(history: &History, ops: &HashMap<OpId, Op>, at: &dyn F
     for (g, e) in history.events.iter().enumerate() {
         let EventKind::GrantOk { op, lock, token, cell, .. } = &e.kind else { continue };
         let Some(invoked) = ops.get(op).map(|o| o.invoked) else { continue };
-        let epoch = token.epoch();
         // The shards of the namespace this cell owned at this epoch: the grant was in
         // one of them. Flagged only if every one had ended before the Acquire was sent.
-        let ends: Vec<Option<usize>> = ended.iter().filter(|((n, _, c, ep), _)| *n == &lock.ns && *c == cell && *ep == epoch).map(|(_, end)| *end).collect();
-        if ends.is_empty() || !ends.iter().all(|end| end.is_some_and(|line| line < invoked)) {
-            continue;
-        }
-        let last_end = ends.iter().flatten().copied().max().expect("every one ended");
+        let epoch = token.epoch();
+        let Some(last_end) = all_ended_before(&lock.ns, Some(cell), epoch, invoked) else { continue };
         out.push(Violation {
             kind: ViolationKind::GrantAfterOwnershipEnded,
             summary: format!("{cell} granted {lock} token {token} at {epoch} to an Acquire sent after the registry had moved its shard on"),
