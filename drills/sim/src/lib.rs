@@ -317,14 +317,26 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         sim.host(gw.as_str(), move || regions::run_gateway(name.clone(), registry.clone()));
     }
     let log = Log::default();
-    // The servers' moments into the history; with RUST_LOG, their logs to stderr.
+    // The servers' moments into the history; with RUST_LOG, their logs to stderr. Two
+    // subscribers, not one with an optional layer: an absent layer counts as enabled
+    // for every event, and every event and span of every crate is then built
+    // (measured, seeds 0-9 at --tick-ms 5: 1.28 s of CPU a seed, against 0.81).
     let _tracing = {
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::Layer;
-        let logs = std::env::var_os("RUST_LOG").is_some().then(|| {
-            tracing_subscriber::fmt::layer().with_timer(SimTime).with_writer(std::io::stderr).with_filter(tracing_subscriber::EnvFilter::from_default_env())
-        });
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(stamps::Stamps(log.clone()).with_filter(stamps::Stamps::filter())).with(logs))
+        let stamps = stamps::Stamps(log.clone()).with_filter(stamps::Stamps::filter());
+        let dispatch = match std::env::var_os("RUST_LOG") {
+            None => tracing::Dispatch::new(tracing_subscriber::registry().with(stamps)),
+            Some(_) => tracing::Dispatch::new(
+                tracing_subscriber::registry().with(stamps).with(
+                    tracing_subscriber::fmt::layer()
+                        .with_timer(SimTime)
+                        .with_writer(std::io::stderr)
+                        .with_filter(tracing_subscriber::EnvFilter::from_default_env()),
+                ),
+            ),
+        };
+        tracing::dispatcher::set_default(&dispatch)
     };
     let grants = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let ready = workload::Ready::default();
