@@ -65,6 +65,10 @@ pub enum FaultKind {
     /// Every node of a cell cut off from the registry's voters, while the cell keeps
     /// its quorum and its clients (the simulation with moves).
     CutFromRegistry,
+    /// [`FaultKind::CutFromRegistry`], and the gateway cut off from the registry too:
+    /// its route to the cell goes stale while the registry may move the cell's shards
+    /// away (the simulation with moves).
+    StaleRoute,
 }
 
 impl fmt::Display for LockKey {

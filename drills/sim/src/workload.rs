@@ -244,7 +244,9 @@ impl Names {
 /// - a worker (one holding the lock, if any) cut off from every server for longer
 ///   than its session's TTL: its renewals stop, and a lock it holds expires under it;
 /// - with moves, a whole cell cut off from the registry for 3–8 s (longer than its
-///   ownership lease) while it keeps its quorum, the gateway and the workers.
+///   ownership lease) while it keeps its quorum, the gateway and the workers; half
+///   the time the gateway is cut off from the registry too (a stale route), so it
+///   goes on sending the cell Acquires for a shard the registry may have moved away.
 ///
 /// At most one fault at a time, so every group keeps a quorum and the workload
 /// progresses.
@@ -267,6 +269,15 @@ impl Faults {
     /// The hosts of cell `name`.
     fn cell_hosts(&self, name: &str) -> &[String] {
         self.layout.cells.iter().find(|c| c.name == name).map_or(&[], |c| c.hosts.as_slice())
+    }
+
+    /// Cell `name` (and with [`FaultKind::StaleRoute`] the gateway) cut off from, or
+    /// joined again to, the registry's voters.
+    fn cut_from_registry(&self, sim: &mut turmoil::Sim<'_>, kind: FaultKind, name: &str, cut: bool) {
+        let gateway = if kind == FaultKind::StaleRoute { self.layout.front() } else { Vec::new() };
+        for host in self.cell_hosts(name).iter().chain(&gateway) {
+            Self::cut(sim, host, &self.layout.registry, cut);
+        }
     }
 
     fn cut(sim: &mut turmoil::Sim<'_>, name: &str, from: &[String], cut: bool) {
@@ -300,7 +311,7 @@ impl Faults {
                     FaultKind::PartitionOneway => others.for_each(|o| sim.repair_oneway(name.as_str(), o.as_str())),
                     FaultKind::HoldNode => others.for_each(|o| sim.release(name.as_str(), o.as_str())),
                     FaultKind::SlowNode => others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), MAX_LATENCY)),
-                    FaultKind::CutFromRegistry => self.cell_hosts(&name).iter().for_each(|h| Self::cut(sim, h, registry, false)),
+                    FaultKind::CutFromRegistry | FaultKind::StaleRoute => self.cut_from_registry(sim, kind, &name, false),
                     _ => Self::cut(sim, &name, &everyone, false),
                 }
                 fault(log, now, FaultKind::Heal, name);
@@ -318,7 +329,8 @@ impl Faults {
                     5 => (FaultKind::SlowNode, node, dice.range(1_000, 5_000)),
                     9 => {
                         let cell = self.layout.cells[dice.range(0, self.layout.cells.len() as u64) as usize].name.to_owned();
-                        (FaultKind::CutFromRegistry, cell, dice.range(3_000, 8_000))
+                        let kind = if dice.range(0, 2) == 0 { FaultKind::CutFromRegistry } else { FaultKind::StaleRoute };
+                        (kind, cell, dice.range(3_000, 8_000))
                     }
                     _ => {
                         // A worker holding the lock if there is one, else any.
@@ -338,7 +350,7 @@ impl Faults {
                         let slow = Duration::from_millis(dice.range(50, 400));
                         others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), slow));
                     }
-                    FaultKind::CutFromRegistry => self.cell_hosts(&name).iter().for_each(|h| Self::cut(sim, h, registry, true)),
+                    FaultKind::CutFromRegistry | FaultKind::StaleRoute => self.cut_from_registry(sim, kind, &name, true),
                     _ => {
                         Self::cut(sim, &name, &nodes, true);
                         if dice.range(0, 2) == 0 {
