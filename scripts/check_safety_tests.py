@@ -8,8 +8,10 @@ Run from the repo root (scripts/check-safety-tests.sh does). Uses CARGO_TARGET_D
 `--simulate N [--moves M] [names]`: instead of the named tests, the deterministic
 simulation (docs/simulation.md) runs against each mutant of the code it simulates, seed
 after seed up to N (up to M for the mutants that need moves, about six times dearer a
-seed; 0 skips them), and reports the seed that found it (or that none did). Not part
-of CI.
+seed; 0 skips them), and reports the seed that found it (or that none did). It builds
+the simulation's perf profile and steps it as the thousands of clean seeds run
+(`--tick-ms 5`, docs/simulation.md), so a mutant's seed count is comparable to theirs.
+Not part of CI.
 """
 import os
 import shutil
@@ -183,15 +185,15 @@ def simulate(repo: str, seeds: int, moves_seeds: int, only: list) -> int:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="holdfast-mutant-") as tmp:
             dst = mutant_copy(repo, tmp, path, old, new)
-            b = subprocess.run(["cargo", "build", "-q", "--locked", "--manifest-path", "drills/sim/Cargo.toml"], cwd=dst, env=env,
+            b = subprocess.run(["cargo", "build", "-q", "--locked", "--profile", "perf", "--manifest-path", "drills/sim/Cargo.toml"], cwd=dst, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if b.returncode != 0:
                 print(b.stdout[-3000:])
                 print(f"mutant '{name}' does not build in the simulation", flush=True)
                 return 2
-            sim = os.path.join(env["CARGO_TARGET_DIR"], "debug", "holdfast-sim")
+            sim = os.path.join(env["CARGO_TARGET_DIR"], "perf", "holdfast-sim")
             n = moves_seeds if moves else seeds
-            r = subprocess.run([sim, "--seeds", str(n), "--until-found", *(["--moves"] if moves else [])], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            r = subprocess.run([sim, "--seeds", str(n), "--until-found", "--tick-ms", "5", *(["--moves"] if moves else [])], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             found = [l for l in r.stdout.splitlines() if l.startswith("found by")]
             took = f"({'moves, ' if moves else ''}{time.monotonic() - started:.0f} s with the build)"
             row = f"found     {name}: {found[0]} {took}" if r.returncode == 0 and found else f"not found {name}: no seed of {n} failed {took}"
