@@ -148,7 +148,7 @@ SIMULATED_WITH_MOVES = ("cells/server/src/ownership.rs", "cells/server/src/follo
 NOT_SIMULATED = ("append acknowledged unsynced", "vote saved ahead of queued appends")
 
 
-def mutant_copy(repo: str, tmp: str, path: str, old: str, new: str) -> str:
+def mutant_copy(repo: str, tmp: str, path: str, old: str, new: str, marker: str | None = None) -> str:
     """A scratch copy of the repo with one mutation, its touched files made newer than
     any earlier build."""
     dst = os.path.join(tmp, "repo")
@@ -158,13 +158,32 @@ def mutant_copy(repo: str, tmp: str, path: str, old: str, new: str) -> str:
     if src.count(old) != 1:
         raise SystemExit(f"the guarded text is gone from {path}; update this script")
     open(f, "w").write(src.replace(old, new))
-    # The copy keeps the files' times, and cargo judges freshness by them: a file an
-    # earlier mutant changed would look older than that mutant's build, and its broken
+    # The copy keeps the files' times, and cargo judges freshness by them: a file the
+    # previous mutant changed would look older than that mutant's build, and its broken
     # artifact would be reused here. Every file any mutant touches is therefore made
-    # newer than every earlier build.
-    for p in {m[1] for m in MUTANTS}:
+    # newer than every earlier build. With a `marker` (the simulation's builds, each of
+    # which builds every crate a simulated mutant lives in), only this mutant's file and
+    # the previous build's, which the marker names, need it: touching all of them
+    # rebuilt nearly every crate for every mutant. The tests' builds cannot use one:
+    # their package sets differ, so a crate the previous build skipped may still hold
+    # an older mutant.
+    everything = {m[1] for m in MUTANTS}
+    touched = everything
+    if marker is not None:
+        previous = open(marker).read().strip() if os.path.exists(marker) else None
+        touched = {path, previous} if previous in everything else everything
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        with open(marker, "w") as m:
+            m.write(path)
+    for p in touched:
         os.utime(os.path.join(dst, p))
     return dst
+
+
+def sim_marker(env: dict) -> str:
+    """Where the mutants' target dir records the file the last simulation build's
+    mutant changed (see mutant_copy)."""
+    return os.path.join(env["CARGO_TARGET_DIR"], "last-simulated-mutant")
 
 
 def mutants_env(repo: str) -> dict:
@@ -184,7 +203,7 @@ def simulate(repo: str, seeds: int, moves_seeds: int, only: list) -> int:
             continue
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="holdfast-mutant-") as tmp:
-            dst = mutant_copy(repo, tmp, path, old, new)
+            dst = mutant_copy(repo, tmp, path, old, new, sim_marker(env))
             b = subprocess.run(["cargo", "build", "-q", "--locked", "--profile", "perf", "--manifest-path", "drills/sim/Cargo.toml"], cwd=dst, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if b.returncode != 0:
