@@ -62,6 +62,9 @@ pub enum FaultKind {
     HoldNode,
     /// A node's links slowed (the simulation).
     SlowNode,
+    /// A node's disk slowed: each sync of its Raft log takes tens or hundreds of
+    /// milliseconds (the simulation).
+    SlowDisk,
     /// Every node of a cell cut off from the registry's voters, while the cell keeps
     /// its quorum and its clients (the simulation with moves).
     CutFromRegistry,

@@ -12,11 +12,17 @@
 //! for every append that arrived meanwhile and only then reports them flushed, in
 //! order. A vote and a truncation first wait for the flusher to drain (a barrier), so
 //! openraft hears of flushes in the same order as the operations it issued.
+//!
+//! On the simulation's memory disk there is no WAL to sync and no thread may decide
+//! when: an append is reported durable inline while the disk is fast. While the
+//! simulation makes it slow, a task of the node's runtime plays the flusher on
+//! simulated time (`SimFlusher`).
 
 use std::fmt;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::Instant;
 
 use openraft::storage::{RaftLogReader, RaftLogStorage};
@@ -42,8 +48,9 @@ pub struct LogStore {
     /// The node's flusher thread; it ends when the last clone is dropped. `None` on a
     /// simulation's memory disk, which keeps every write and has no WAL to sync: there
     /// an append is reported durable inline, on the Raft core's task, so that no thread
-    /// outside the simulation decides when.
+    /// outside the simulation decides when (or by `sim`, while the disk is slow).
     flusher: Option<mpsc::Sender<Flush>>,
+    sim: Arc<SimFlusher>,
 }
 
 /// How the flusher makes written entries durable: RocksDB's WAL sync (a test holds it).
@@ -77,20 +84,74 @@ fn flusher(db: std::sync::Weak<Db>, queue: mpsc::Receiver<Flush>, sync: Sync) {
         };
         let ended = Instant::now();
         metrics::histogram!(holdfast_core::metric_names::RAFT_FSYNC).record(ended.duration_since(started).as_secs_f64());
-        let appends = work.iter().filter(|w| matches!(w, Flush::Appended { .. })).count();
-        debug!(appends, ok = synced.is_ok(), "log synced");
-        for w in work {
-            let result = synced.clone().map_err(io::Error::other);
-            match w {
-                Flush::Appended { callback, indexes, written, stages } => {
-                    stages.appended(&indexes, written, ended);
-                    callback.io_completed(result);
-                }
-                Flush::Barrier(done) => {
-                    let _ = done.send(result);
-                }
+        report(work, synced, ended);
+    }
+}
+
+/// Reports each append flushed (and each barrier passed), in queue order, with the
+/// outcome of the one sync that covered them all.
+fn report(work: Vec<Flush>, synced: Result<(), String>, ended: Instant) {
+    let appends = work.iter().filter(|w| matches!(w, Flush::Appended { .. })).count();
+    debug!(appends, ok = synced.is_ok(), "log synced");
+    for w in work {
+        let result = synced.clone().map_err(io::Error::other);
+        match w {
+            Flush::Appended { callback, indexes, written, stages } => {
+                stages.appended(&indexes, written, ended);
+                callback.io_completed(result);
+            }
+            Flush::Barrier(done) => {
+                let _ = done.send(result);
             }
         }
+    }
+}
+
+/// The flusher of a memory disk the simulation made slow: a task of the node's own
+/// runtime, started the first time the disk is slow. While the disk is slow, or work
+/// queued here is not yet reported (so that reports keep their order), appends and
+/// barriers queue here; the task waits out the disk's latency on simulated time, then
+/// reports everything queued meanwhile at once, as the flusher thread does.
+#[derive(Default)]
+struct SimFlusher {
+    queue: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Flush>>>,
+    /// Queued and not yet reported.
+    pending: Arc<AtomicUsize>,
+}
+
+impl SimFlusher {
+    /// Queues `work` if it must wait (the disk is slow, or earlier work still waits);
+    /// gives it back to be done inline otherwise.
+    fn queue(&self, db: &Arc<Db>, work: Flush) -> Result<(), Flush> {
+        let slow = db.memory_sync_latency().is_some_and(|l| !l.is_zero());
+        if !slow && self.pending.load(Ordering::Relaxed) == 0 {
+            return Err(work);
+        }
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = queue.get_or_insert_with(|| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(sim_flusher(Arc::downgrade(db), rx, self.pending.clone()));
+            tx
+        });
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        tx.send(work).map_err(|e| {
+            self.pending.fetch_sub(1, Ordering::Relaxed);
+            e.0
+        })
+    }
+}
+
+async fn sim_flusher(db: Weak<Db>, mut queue: tokio::sync::mpsc::UnboundedReceiver<Flush>, pending: Arc<AtomicUsize>) {
+    while let Some(first) = queue.recv().await {
+        let mut work = vec![first];
+        while let Ok(w) = queue.try_recv() {
+            work.push(w);
+        }
+        let latency = db.upgrade().and_then(|db| db.memory_sync_latency()).unwrap_or_default();
+        tokio::time::sleep(latency).await;
+        let n = work.len();
+        report(work, Ok(()), Instant::now());
+        pending.fetch_sub(n, Ordering::Relaxed);
     }
 }
 
@@ -114,7 +175,7 @@ impl LogStore {
     /// A log store on a database opened with [`crate::rocks::open_db`].
     pub fn new(db: Arc<Db>) -> Self {
         if db.inline_io() {
-            return LogStore { db, stages: Arc::default(), flusher: None };
+            return LogStore { db, stages: Arc::default(), flusher: None, sim: Arc::default() };
         }
         LogStore::syncing_by(db, Box::new(sync_wal))
     }
@@ -123,15 +184,30 @@ impl LogStore {
         let (flusher_tx, queue) = mpsc::channel();
         let synced_db = Arc::downgrade(&db);
         std::thread::Builder::new().name("raft-log-flusher".into()).spawn(move || flusher(synced_db, queue, sync)).expect("spawn the log flusher thread");
-        LogStore { db, stages: Arc::default(), flusher: Some(flusher_tx) }
+        LogStore { db, stages: Arc::default(), flusher: Some(flusher_tx), sim: Arc::default() }
     }
 
     /// Waits until every append queued so far is synced and reported flushed.
     async fn drain(&self) -> io::Result<()> {
-        let Some(flusher) = &self.flusher else { return Ok(()) };
         let (done, passed) = tokio::sync::oneshot::channel();
-        flusher.send(Flush::Barrier(done)).map_err(|_| io::Error::other("the log flusher has stopped"))?;
+        match &self.flusher {
+            Some(flusher) => flusher.send(Flush::Barrier(done)).map_err(|_| io::Error::other("the log flusher has stopped"))?,
+            // A memory disk: nothing to wait for unless the simulation's flusher holds
+            // reports back.
+            None => {
+                if self.sim.pending.load(Ordering::Relaxed) == 0 || self.sim.queue(&self.db, Flush::Barrier(done)).is_err() {
+                    return Ok(());
+                }
+            }
+        }
         passed.await.map_err(|_| io::Error::other("the log flusher has stopped"))?
+    }
+
+    /// On a memory disk the simulation made slow, a synced write takes its latency.
+    async fn memory_sync(&self) {
+        if let Some(latency) = self.db.memory_sync_latency().filter(|l| !l.is_zero()) {
+            tokio::time::sleep(latency).await;
+        }
     }
 
     /// This store, marking its appends in `stages` (the node's).
@@ -203,6 +279,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.drain().await?;
         let started = std::time::Instant::now();
         self.db.put_cf_opt(cf(&self.db, CF_META), KEY_VOTE, encode(vote)?, &synced()).map_err(io_err)?;
+        self.memory_sync().await;
         metrics::histogram!(holdfast_core::metric_names::RAFT_FSYNC).record(started.elapsed().as_secs_f64());
         debug!(vote = %vote, "vote saved (synced)");
         Ok(())
@@ -241,13 +318,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             return Err(e);
         }
         debug!(last_index = ?indexes.last(), "entries written; syncing");
+        let flush = Flush::Appended { callback, indexes, written, stages: self.stages.clone() };
         let Some(flusher) = &self.flusher else {
-            // A memory disk keeps every write, and has no WAL sync to call.
-            self.stages.appended(&indexes, written, Instant::now());
-            callback.io_completed(Ok(()));
+            // A memory disk keeps every write, and has no WAL sync to call: reported
+            // now, unless the simulation made the disk slow.
+            if let Err(Flush::Appended { callback, indexes, written, stages }) = self.sim.queue(&self.db, flush) {
+                stages.appended(&indexes, written, Instant::now());
+                callback.io_completed(Ok(()));
+            }
             return Ok(());
         };
-        let flush = Flush::Appended { callback, indexes, written, stages: self.stages.clone() };
         if let Err(mpsc::SendError(Flush::Appended { callback, .. })) = flusher.send(flush) {
             callback.io_completed(Err(io::Error::other("the log flusher has stopped")));
             return Err(io::Error::other("the log flusher has stopped"));
@@ -262,7 +342,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(cf(&self.db, CF_LOGS), key(from), key(u64::MAX));
         // u64::MAX itself is outside the half-open range; no real log gets there.
-        self.db.write_opt(batch, &synced()).map_err(io_err)
+        self.db.write_opt(batch, &synced()).map_err(io_err)?;
+        self.memory_sync().await;
+        Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
@@ -324,5 +406,43 @@ mod tests {
         }
         tokio::time::timeout(Duration::from_secs(5), flushed).await.expect("flushed after the sync").unwrap().unwrap();
         tokio::time::timeout(Duration::from_secs(5), voted).await.unwrap().unwrap().unwrap();
+    }
+
+    /// The simulation's slow disk keeps the same rule on a memory disk: an append is
+    /// reported only after the disk's latency, a vote waits for it, and an append
+    /// made once the disk is fast again is not reported before the slow one.
+    #[tokio::test]
+    async fn a_slow_memory_disk_reports_appends_late_and_in_order() {
+        let disk = crate::rocks::MemoryDisk::new().unwrap();
+        let mut log = LogStore::new(crate::rocks::open_db(std::path::Path::new("/slow"), Some(&disk)).unwrap());
+        let flushed = || <TypeConfig as openraft::type_config::TypeConfigExt>::oneshot();
+        // Fast: reported inline.
+        let (tx, mut fast) = flushed();
+        log.append([entry(1)], IoFlushed::signal(tx)).await.unwrap();
+        assert!(fast.try_recv().is_ok(), "a fast memory disk reports an append at once");
+        // Slow: written (readable) at once, reported after the latency.
+        disk.set_sync_latency(Duration::from_millis(300));
+        let started = tokio::time::Instant::now();
+        let (tx, slow) = flushed();
+        log.append([entry(2)], IoFlushed::signal(tx)).await.unwrap();
+        assert_eq!(log.try_get_log_entries(1..3).await.unwrap().len(), 2, "written entries are readable before the sync");
+        // The flusher task takes the append and starts its slow sync.
+        tokio::task::yield_now().await;
+        let mut vote = log.clone();
+        let voted = tokio::spawn(async move { vote.save_vote(&Vote { leader_id: LeaderId { term: 2, node_id: 1 }, committed: false }).await });
+        // Fast again while the slow append waits: the next one queues behind it.
+        disk.set_sync_latency(Duration::ZERO);
+        let (tx, mut after) = flushed();
+        log.append([entry(3)], IoFlushed::signal(tx)).await.unwrap();
+        assert!(after.try_recv().is_err(), "an append was reported before one made earlier on the slow disk");
+        assert!(!voted.is_finished(), "a vote was saved before the appends queued ahead of it were flushed");
+        tokio::time::timeout(Duration::from_secs(5), slow).await.expect("flushed after the latency").unwrap().unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(300), "reported after {:?}, before the disk's latency", started.elapsed());
+        tokio::time::timeout(Duration::from_secs(5), after).await.expect("the queued append is reported").unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), voted).await.unwrap().unwrap().unwrap();
+        // Nothing waits any more: inline again.
+        let (tx, mut inline) = flushed();
+        log.append([entry(4)], IoFlushed::signal(tx)).await.unwrap();
+        assert!(inline.try_recv().is_ok(), "once the queue drained, a fast disk reports at once");
     }
 }

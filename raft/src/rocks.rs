@@ -7,7 +7,9 @@
 use std::io;
 use std::ops::Deref;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, Options, WriteOptions, DB};
 use serde::de::DeserializeOwned;
@@ -54,8 +56,9 @@ pub fn db_options() -> Options {
 pub struct Db {
     db: DB,
     /// On a [`MemoryDisk`]: blocking I/O (snapshot writes, the log's durability
-    /// reports) runs inline on the calling task instead of on threads of its own.
-    inline_io: bool,
+    /// reports) runs inline on the calling task instead of on threads of its own, and
+    /// a sync takes the disk's latency (`Some`, zero unless the simulation slows it).
+    memory_sync_latency: Option<Arc<AtomicU64>>,
     // Declared after `db`: fields drop in order, so this marker goes only once RocksDB
     // has closed. `closed()` watches it.
     open: Arc<()>,
@@ -64,13 +67,19 @@ pub struct Db {
 impl Db {
     /// Does blocking I/O run inline ([`MemoryDisk`])?
     pub fn inline_io(&self) -> bool {
-        self.inline_io
+        self.memory_sync_latency.is_some()
+    }
+
+    /// On a [`MemoryDisk`], how long a sync takes now ([`MemoryDisk::set_sync_latency`]);
+    /// `None` on a real disk.
+    pub(crate) fn memory_sync_latency(&self) -> Option<Duration> {
+        self.memory_sync_latency.as_ref().map(|l| Duration::from_micros(l.load(Ordering::Relaxed)))
     }
 
     /// Runs blocking I/O `work` on the blocking thread pool — or inline on a
     /// [`MemoryDisk`], where nothing may happen outside the simulation's one thread.
     pub(crate) async fn blocking<T: Send + 'static>(self: &Arc<Self>, work: impl FnOnce(&Db) -> T + Send + 'static) -> io::Result<T> {
-        if self.inline_io {
+        if self.inline_io() {
             return Ok(work(self));
         }
         let db = self.clone();
@@ -95,13 +104,24 @@ impl Deref for Db {
 /// in memory. It lives as long as a clone of it, so a node the simulation crashes and
 /// restarts on the same `MemoryDisk` finds what it wrote. It keeps every write, synced
 /// or not (a power cut that loses unsynced writes is the crash tests' subject, on a
-/// real disk). Blocking I/O on it runs inline ([`Db::inline_io`]).
+/// real disk). Blocking I/O on it runs inline ([`Db::inline_io`]). Its syncs take no
+/// time unless the simulation makes the disk slow.
 #[derive(Clone)]
-pub struct MemoryDisk(rocksdb::Env);
+pub struct MemoryDisk {
+    env: rocksdb::Env,
+    /// Microseconds a sync of the log takes (shared by every clone).
+    sync_latency: Arc<AtomicU64>,
+}
 
 impl MemoryDisk {
     pub fn new() -> Result<MemoryDisk, rocksdb::Error> {
-        Ok(MemoryDisk(rocksdb::Env::mem_env()?))
+        Ok(MemoryDisk { env: rocksdb::Env::mem_env()?, sync_latency: Arc::default() })
+    }
+
+    /// From now on a sync of the log (an append's durability, a vote) takes `latency`
+    /// of the node's (simulated) time: a slow disk. Zero is a healthy one.
+    pub fn set_sync_latency(&self, latency: Duration) {
+        self.sync_latency.store(latency.as_micros().try_into().unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }
 
@@ -116,13 +136,13 @@ impl std::fmt::Debug for MemoryDisk {
 pub fn open_db(dir: &Path, memory: Option<&MemoryDisk>) -> Result<Arc<Db>, rocksdb::Error> {
     let with_env = |mut o: Options| {
         if let Some(m) = memory {
-            o.set_env(&m.0);
+            o.set_env(&m.env);
         }
         o
     };
     let opts = with_env(db_options());
     let cfs = [CF_LOGS, CF_META, CF_SM].map(|name| ColumnFamilyDescriptor::new(name, with_env(db_options())));
-    Ok(Arc::new(Db { db: DB::open_cf_descriptors(&opts, dir, cfs)?, inline_io: memory.is_some(), open: Arc::new(()) }))
+    Ok(Arc::new(Db { db: DB::open_cf_descriptors(&opts, dir, cfs)?, memory_sync_latency: memory.map(|m| m.sync_latency.clone()), open: Arc::new(()) }))
 }
 
 /// Write options for everything that openraft is told is durable: synced to disk.

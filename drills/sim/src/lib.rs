@@ -56,6 +56,10 @@ pub struct Options {
     /// the step sets the cost of a seed; a coarser one is cheaper, rounds every message
     /// latency and timer up to it, and gives other histories.
     pub tick: Duration,
+    /// Also slow a node's disk now and then (each sync of its Raft log takes 20–300 ms
+    /// for a few seconds). Off by default, so that the seeds run before it keep their
+    /// histories.
+    pub slow_disk: bool,
 }
 
 /// The step of simulated time unless `--tick-ms` says otherwise (turmoil's default).
@@ -63,7 +67,7 @@ pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
 
 impl Options {
     pub fn new(seed: u64) -> Options {
-        Options { seed, workload: Workload::default(), faults: true, plant: None, moves: false, tick: DEFAULT_TICK }
+        Options { seed, workload: Workload::default(), faults: true, plant: None, moves: false, tick: DEFAULT_TICK, slow_disk: false }
     }
 }
 
@@ -301,15 +305,19 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         .build();
     let layout = Layout::new(opts.moves);
     let registry = layout.registry_endpoints();
+    // Every Raft node's disk, by host: the faults slow one now and then.
+    let mut disks = std::collections::HashMap::new();
     for cell in &layout.cells {
         for id in 1..=NODES {
             let spec = NodeSpec { id, group: cell.hosts.clone(), election_min_ms: dice.range(400, 800), disk: memory_disk()? };
+            disks.insert(spec.host().to_owned(), spec.disk.clone());
             let (cell, registry, plant) = (cell.clone(), registry.clone(), opts.plant.clone());
             sim.host(spec.host().to_owned(), move || run_cell_node(spec.clone(), cell.clone(), registry.clone(), plant.clone()));
         }
     }
     for id in 1..=layout.registry.len() as u64 {
         let spec = NodeSpec { id, group: layout.registry.clone(), election_min_ms: dice.range(400, 800), disk: memory_disk()? };
+        disks.insert(spec.host().to_owned(), spec.disk.clone());
         sim.host(spec.host().to_owned(), move || regions::run_registry_node(spec.clone()));
     }
     if let Some(gw) = &layout.gateway {
@@ -380,7 +388,8 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         });
     }
 
-    let mut faults = workload::Faults::new(opts.faults, &layout, opts.workload.workers, held, &mut dice);
+    let mut faults =
+        workload::Faults::new(opts.faults, &layout, if opts.slow_disk { disks } else { Default::default() }, opts.workload.workers, held, &mut dice);
     let result = loop {
         match sim.step() {
             Ok(true) => break Ok(()),

@@ -1,12 +1,13 @@
 //! `holdfast-sim --seeds N [--from S] | --seed S [--history FILE] [--moves]
-//! [--no-faults] [--plant BUG] [--tick-ms T]`: runs seeds of the simulation (docs/simulation.md) and
+//! [--no-faults] [--plant BUG] [--tick-ms T] [--slow-disk]`: runs seeds of the simulation (docs/simulation.md) and
 //! reports each one the checker flags, with the command that replays it. `--moves`:
 //! two cells, the registry and a gateway, the shard moving between the cells. Exit status 1 if any seed
 //! fails. With `--plant`, every node runs that planted bug (debug builds); with
 //! `--until-found` (implied by `--plant`) the run stops at the first failing seed and
 //! says how many seeds it took — exit status 0 then, 1 if no seed failed. `--tick-ms`:
 //! simulated time advances in steps of T ms (1 unless given), cheaper per seed the
-//! coarser, and a seed's history depends on it.
+//! coarser, and a seed's history depends on it. `--slow-disk`: the faults also slow a
+//! node's disk now and then (other histories than without).
 
 use holdfast_sim::{run, Options, DEFAULT_TICK};
 use std::time::{Duration, Instant};
@@ -26,11 +27,14 @@ fn replay(seed: u64, opts: &Options) -> String {
     if opts.tick != DEFAULT_TICK {
         c.push_str(&format!(" --tick-ms {}", opts.tick.as_millis()));
     }
+    if opts.slow_disk {
+        c.push_str(" --slow-disk");
+    }
     c
 }
 
 fn usage() -> ! {
-    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T]");
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--slow-disk]");
     std::process::exit(2)
 }
 
@@ -48,6 +52,7 @@ fn main() {
             "--history" => history = Some(it.next().cloned().unwrap_or_else(|| usage())),
             "--no-faults" => base.faults = false,
             "--moves" => base.moves = true,
+            "--slow-disk" => base.slow_disk = true,
             "--plant" => {
                 base.plant = Some(it.next().cloned().unwrap_or_else(|| usage()));
                 until_found = true;

@@ -10,6 +10,7 @@ use holdfast_fence::{FencedStore, LockId, MemoryFence};
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
 use holdfast_rpc::Transport;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -241,6 +242,8 @@ impl Names {
 /// - every message to and from a node held, then delivered at once (what its peers
 ///   see of a paused process);
 /// - a node's links slowed to up to 50–400 ms a message;
+/// - with `--slow-disk`, a node's disk slowed: each sync of its Raft log takes
+///   20–300 ms;
 /// - a worker (one holding the lock, if any) cut off from every server for longer
 ///   than its session's TTL: its renewals stop, and a lock it holds expires under it;
 /// - with moves, a whole cell cut off from the registry for 3–8 s (longer than its
@@ -254,6 +257,9 @@ pub(crate) struct Faults {
     on: bool,
     /// The hosts: its Raft nodes are what node faults hit.
     layout: Layout,
+    /// Every Raft node's disk, by host, when disks may be slowed (`--slow-disk`);
+    /// empty otherwise.
+    disks: HashMap<String, holdfast_raft::MemoryDisk>,
     workers: Vec<String>,
     held: Holding,
     next_ms: u64,
@@ -262,8 +268,15 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    pub(crate) fn new(on: bool, layout: &Layout, workers: u64, held: Holding, dice: &mut Dice) -> Faults {
-        Faults { on, layout: layout.clone(), workers: (0..workers).map(worker_host).collect(), held, next_ms: dice.range(1_000, 4_000), current: None }
+    pub(crate) fn new(on: bool, layout: &Layout, disks: HashMap<String, holdfast_raft::MemoryDisk>, workers: u64, held: Holding, dice: &mut Dice) -> Faults {
+        Faults { on, layout: layout.clone(), disks, workers: (0..workers).map(worker_host).collect(), held, next_ms: dice.range(1_000, 4_000), current: None }
+    }
+
+    /// Node `name`'s disk syncs in `latency` from now on.
+    fn disk_latency(&self, name: &str, latency: Duration) {
+        if let Some(disk) = self.disks.get(name) {
+            disk.set_sync_latency(latency);
+        }
     }
 
     /// The hosts of cell `name`.
@@ -311,6 +324,7 @@ impl Faults {
                     FaultKind::PartitionOneway => others.for_each(|o| sim.repair_oneway(name.as_str(), o.as_str())),
                     FaultKind::HoldNode => others.for_each(|o| sim.release(name.as_str(), o.as_str())),
                     FaultKind::SlowNode => others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), MAX_LATENCY)),
+                    FaultKind::SlowDisk => self.disk_latency(&name, Duration::ZERO),
                     FaultKind::CutFromRegistry | FaultKind::StaleRoute => self.cut_from_registry(sim, kind, &name, false),
                     _ => Self::cut(sim, &name, &everyone, false),
                 }
@@ -319,14 +333,18 @@ impl Faults {
             }
             None => {
                 let node = nodes[dice.range(0, nodes.len() as u64) as usize].clone();
-                // With a registry, one fault in ten cuts a whole cell off from it.
-                let kinds = if registry.is_empty() { 9 } else { 10 };
+                // With a registry, one fault in ten cuts a whole cell off from it. A slow
+                // disk, when asked for, comes last: without it every seed draws the
+                // faults it drew before there was one.
+                let slow_disk = !self.disks.is_empty();
+                let kinds = 9 + u64::from(!registry.is_empty()) + u64::from(slow_disk);
                 let (kind, name, lasts) = match dice.range(0, kinds) {
                     0 | 1 => (FaultKind::PartitionRegion, node, dice.range(500, 4_000)),
                     2 => (FaultKind::KillNode, node, dice.range(500, 4_000)),
                     3 => (FaultKind::PartitionOneway, node, dice.range(500, 4_000)),
                     4 => (FaultKind::HoldNode, node, dice.range(500, 3_000)),
                     5 => (FaultKind::SlowNode, node, dice.range(1_000, 5_000)),
+                    k if slow_disk && k == kinds - 1 => (FaultKind::SlowDisk, node, dice.range(1_000, 5_000)),
                     9 => {
                         let cell = self.layout.cells[dice.range(0, self.layout.cells.len() as u64) as usize].name.to_owned();
                         let kind = if dice.range(0, 2) == 0 { FaultKind::CutFromRegistry } else { FaultKind::StaleRoute };
@@ -350,6 +368,7 @@ impl Faults {
                         let slow = Duration::from_millis(dice.range(50, 400));
                         others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), slow));
                     }
+                    FaultKind::SlowDisk => self.disk_latency(&name, Duration::from_millis(dice.range(20, 300))),
                     FaultKind::CutFromRegistry | FaultKind::StaleRoute => self.cut_from_registry(sim, kind, &name, true),
                     _ => {
                         Self::cut(sim, &name, &nodes, true);

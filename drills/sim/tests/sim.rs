@@ -1,7 +1,7 @@
 //! The simulation's own guarantees: a fixed set of seeds runs clean (and checks
 //! something), and one seed replays the same history.
 
-use holdfast_drills::history::EventKind;
+use holdfast_drills::history::{EventKind, FaultKind};
 use holdfast_sim::{run, Options};
 use std::collections::BTreeSet;
 
@@ -14,6 +14,19 @@ fn fixed_seeds_run_clean() {
         let o = run(&Options::new(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(o.grants > 0, "seed {seed}: no grant in {:?}: the run checked nothing", o.simulated);
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed}", o.report.violations);
+    }
+}
+
+/// With slow disks (`--slow-disk`): the faults also make a node's log syncs take tens
+/// or hundreds of milliseconds now and then, and the seeds still run clean.
+#[test]
+fn fixed_seeds_with_slow_disks_run_clean() {
+    for seed in 1..3 {
+        let o = run(&Options { slow_disk: true, ..Options::new(seed) }).unwrap_or_else(|e| panic!("{e}"));
+        assert!(o.grants > 0, "seed {seed}: no grant in {:?}: the run checked nothing", o.simulated);
+        let slowed = o.history.events.iter().filter(|e| matches!(&e.kind, EventKind::FaultInjected { kind: FaultKind::SlowDisk, .. })).count();
+        assert!(slowed > 0, "seed {seed}: no disk was slowed: the run tested nothing new");
+        assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed} --slow-disk", o.report.violations);
     }
 }
 
