@@ -31,11 +31,20 @@
 //!    one clock, the same invariant is checked on the servers' own moments: a cell's
 //!    grant at epoch e (`CellGranted`) after the registry committed the transfer of
 //!    every shard of the namespace at e to a later epoch (`ShardTransferred`).
+//! 7. [`ViolationKind::TwoHolders`]: the simulation only, on the servers' own
+//!    moments: a cell's grant of a lock (`CellGranted`) while a token of the same
+//!    lock, granted earlier at the same epoch, had not ended at any of its replicas
+//!    (`CellHoldEnded`). Two exclusive holders by the cell's own state, which fencing
+//!    would hide from the resource. A holder that merely does not know its lock
+//!    ended (a paused process) is not this: its hold ended in the cell first. Per
+//!    epoch, because a move that did not wait for a seal abandons the old epoch's
+//!    holds on purpose (the new tokens are larger). The simulation's workers take
+//!    exclusive locks only, which this check assumes.
 
 use crate::history::{Event, EventKind, History, LockKey, OpId, SessionRef};
 use holdfast_core::{CellId, Epoch, FencingToken, NamespaceName, ShardName};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 /// The kinds of violation, one per invariant.
@@ -48,6 +57,7 @@ pub enum ViolationKind {
     AcknowledgedGrantLost,
     TwoCellsServing,
     GrantAfterOwnershipEnded,
+    TwoHolders,
 }
 
 impl fmt::Display for ViolationKind {
@@ -59,6 +69,7 @@ impl fmt::Display for ViolationKind {
             ViolationKind::AcknowledgedGrantLost => "acknowledged grant lost",
             ViolationKind::TwoCellsServing => "two cells serving one shard at one epoch",
             ViolationKind::GrantAfterOwnershipEnded => "grant after the cell's ownership of its epoch ended",
+            ViolationKind::TwoHolders => "two holders of an exclusive lock",
         })
     }
 }
@@ -126,6 +137,7 @@ pub fn check(history: &History) -> CheckReport {
     grants_lost(history, &at, &mut report.violations);
     two_cells_serving(history, &at, &mut report.violations);
     grants_after_ownership(history, &ops, &at, &mut report.violations);
+    two_holders(history, &at, &mut report.violations);
     report
 }
 
@@ -412,5 +424,36 @@ fn grants_after_ownership(history: &History, ops: &HashMap<OpId, Op>, at: &dyn F
             summary: format!("{cell} granted {lock} token {token} at {epoch} to an Acquire sent after the registry had moved its shard on"),
             events: vec![at(last_end), at(invoked), at(g)],
         });
+    }
+}
+
+/// Check 7: the cells' grants against the ends of the holds before them.
+fn two_holders(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    // Per lock and epoch, the stamped holds that have not ended: token, line.
+    let mut live: HashMap<(&LockKey, Epoch), Vec<(FencingToken, usize)>> = HashMap::new();
+    // Tokens already granted or ended: a repeated answer (an idempotent retry) or a
+    // grant answered after its hold already ended starts no hold.
+    let mut seen: HashSet<(&LockKey, FencingToken)> = HashSet::new();
+    for (i, e) in history.events.iter().enumerate() {
+        match &e.kind {
+            EventKind::CellHoldEnded { lock, token } => {
+                seen.insert((lock, *token));
+                if let Some(holds) = live.get_mut(&(lock, token.epoch())) {
+                    holds.retain(|(t, _)| t != token);
+                }
+            }
+            EventKind::CellGranted { lock, token } if seen.insert((lock, *token)) => {
+                let holds = live.entry((lock, token.epoch())).or_default();
+                if let Some(&(other, g)) = holds.first() {
+                    out.push(Violation {
+                        kind: ViolationKind::TwoHolders,
+                        summary: format!("a cell granted {lock} token {token} while token {other}, granted before it at the same epoch, still held it"),
+                        events: vec![at(g), at(i)],
+                    });
+                }
+                holds.push((*token, i));
+            }
+            _ => {}
+        }
     }
 }

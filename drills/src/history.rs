@@ -215,6 +215,13 @@ pub enum EventKind {
         lock: LockKey,
         token: FencingToken,
     },
+    /// The simulation only: a replica of a cell applied the end of the hold of `token`
+    /// (released, expired, broken, moved), recorded at that moment on the shared
+    /// clock. Every replica applies it; the first line counts.
+    CellHoldEnded {
+        lock: LockKey,
+        token: FencingToken,
+    },
     /// The simulation only: the registry committed the shard's transfer to `cell` at
     /// `epoch`, recorded at that moment on the same shared clock.
     ShardTransferred {

@@ -273,6 +273,7 @@ fn a_grant_stamped_after_the_registry_transferred_the_shard_is_found() {
     // counts at its first moment.
     r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(2, 1) });
     r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 60_000) });
+    r.ev(EventKind::CellHoldEnded { lock: l.clone(), token: tok(1, 60_000) });
     assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
     // A new grant at epoch 1 after the transfer: the old owner kept granting.
     r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 60_001) });
@@ -283,6 +284,36 @@ fn a_grant_stamped_after_the_registry_transferred_the_shard_is_found() {
     r.ev(transferred("eu-west-1", 2));
     r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 7) });
     only(&check(&r.h), ViolationKind::GrantAfterOwnershipEnded);
+}
+
+/// The simulation's stamps: a cell's grant while an earlier token of the same lock and
+/// epoch had not ended in the cell is two holders. The same grant after that end is
+/// not, nor is a repeated answer, nor a grant at a later epoch (a move abandons the
+/// old epoch's holds).
+#[test]
+fn a_grant_stamped_while_an_earlier_hold_lives_is_two_holders() {
+    let l = lock("settle-8");
+    let granted = |token| EventKind::CellGranted { lock: l.clone(), token };
+    let ended = |token| EventKind::CellHoldEnded { lock: l.clone(), token };
+    let mut r = clean();
+    r.ev(granted(tok(1, 100)));
+    r.ev(ended(tok(1, 100)));
+    // Another replica applies the same end later.
+    r.ev(ended(tok(1, 100)));
+    r.ev(granted(tok(1, 101)));
+    // Answered again to a retry: the same hold.
+    r.ev(granted(tok(1, 101)));
+    // The shard moved without a seal: epoch 2 starts while 101 was never ended.
+    r.ev(granted(tok(2, 1)));
+    r.ev(ended(tok(2, 1)));
+    // Ended before the grant was answered: the late answer starts no hold.
+    r.ev(ended(tok(2, 2)));
+    r.ev(granted(tok(2, 2)));
+    r.ev(granted(tok(2, 3)));
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+    // Granted while 2:3 holds.
+    r.ev(granted(tok(2, 4)));
+    only(&check(&r.h), ViolationKind::TwoHolders);
 }
 
 #[test]

@@ -193,6 +193,12 @@ impl Hooks {
             let result = match ev.kind {
                 EventKind::Acquired { token, .. } => WaitResult::Granted(token),
                 EventKind::Dequeued { reason } => WaitResult::Dequeued(reason),
+                EventKind::Ended { token, reason } => {
+                    // The moment a replica applied the end of a hold (the simulation
+                    // holds it against the next grant: drills/sim/src/stamps.rs).
+                    tracing::debug!(shard = %ev.shard, lock = %ev.name, token = token.0, reason = ?reason, "hold ended");
+                    continue;
+                }
                 _ => continue,
             };
             if let Some(list) = waiters.remove(&(ev.session, ev.request_id.clone())) {

@@ -1,6 +1,7 @@
 //! The servers' own moments, recorded into the run's history as they happen: a cell
-//! answering an Acquire with a grant (`CellGranted`), and the registry committing a
-//! shard's transfer (`ShardTransferred`). Every simulated host shares one clock, so
+//! answering an Acquire with a grant (`CellGranted`), a cell's replica applying the end
+//! of a hold (`CellHoldEnded`), and the registry committing a shard's transfer
+//! (`ShardTransferred`). Every simulated host shares one clock, so
 //! the checker can hold the one against the other however late a worker heard of
 //! either (a held or slowed link delivers seconds late). They are read off the
 //! servers' tracing events, the only window into a server the simulation needs; the
@@ -16,10 +17,13 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer};
 
-/// The cell's service logs each grant it answers (`debug`); the registry logs each
-/// transfer it committed (`info`, from its service and from its leader's duties).
+/// The cell's service logs each grant it answers (`debug`), its state machine each
+/// hold's end it applies (`debug`, on every replica); the registry logs each transfer
+/// it committed (`info`, from its service and from its leader's duties).
 const CELL_TARGET: &str = "holdfast_cell::service";
 const GRANTED: &str = "granted";
+const MACHINE_TARGET: &str = "holdfast_cell::machine";
+const HOLD_ENDED: &str = "hold ended";
 const REGISTRY_TARGET: &str = "holdfast_registry";
 const TRANSFERRED: &str = "shard transferred";
 
@@ -29,11 +33,11 @@ pub(crate) struct Stamps(pub(crate) Log);
 impl Stamps {
     /// Only the events it reads reach it.
     pub(crate) fn filter() -> Targets {
-        Targets::new().with_target(CELL_TARGET, Level::DEBUG).with_target(REGISTRY_TARGET, Level::INFO)
+        Targets::new().with_target(CELL_TARGET, Level::DEBUG).with_target(MACHINE_TARGET, Level::DEBUG).with_target(REGISTRY_TARGET, Level::INFO)
     }
 }
 
-/// The fields the two events carry.
+/// The fields the three events carry.
 #[derive(Default)]
 struct Fields {
     message: String,
@@ -72,10 +76,17 @@ impl Fields {
         Some((NamespaceName::new(ns).ok()?, ShardName::new(shard).ok()?))
     }
 
+    fn lock(&self) -> Option<LockKey> {
+        let (ns, _) = self.shard()?;
+        Some(LockKey { ns, name: LockName::new(self.lock.as_str()).ok()? })
+    }
+
     fn line(&self, target: &str) -> Option<EventKind> {
         if target == CELL_TARGET && self.message == GRANTED {
-            let (ns, _) = self.shard()?;
-            return Some(EventKind::CellGranted { lock: LockKey { ns, name: LockName::new(self.lock.as_str()).ok()? }, token: FencingToken(self.token) });
+            return Some(EventKind::CellGranted { lock: self.lock()?, token: FencingToken(self.token) });
+        }
+        if target == MACHINE_TARGET && self.message == HOLD_ENDED {
+            return Some(EventKind::CellHoldEnded { lock: self.lock()?, token: FencingToken(self.token) });
         }
         if target.starts_with(REGISTRY_TARGET) && self.message == TRANSFERRED {
             let (ns, shard) = self.shard()?;
@@ -91,9 +102,9 @@ impl<S: Subscriber> Layer<S> for Stamps {
         event.record(&mut fields);
         match fields.line(event.metadata().target()) {
             Some(kind) => self.0.record(kind),
-            // One of the two events, but not as this layer reads it: a renamed field
+            // One of the three events, but not as this layer reads it: a renamed field
             // would turn the check off, so the run says so loudly.
-            None if fields.message == GRANTED || fields.message == TRANSFERRED => {
+            None if [GRANTED, HOLD_ENDED, TRANSFERRED].contains(&fields.message.as_str()) => {
                 panic!("the simulation cannot read the servers' {:?} event (fields changed?): see drills/sim/src/stamps.rs", fields.message)
             }
             None => {}

@@ -13,6 +13,11 @@ fn fixed_seeds_run_clean() {
     for seed in SEEDS {
         let o = run(&Options::new(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(o.grants > 0, "seed {seed}: no grant in {:?}: the run checked nothing", o.simulated);
+        // The cells' own moments reached the history (drills/sim/src/stamps.rs): the
+        // two-holders check reads them.
+        let stamped = |f: fn(&EventKind) -> bool| o.history.events.iter().filter(|e| f(&e.kind)).count();
+        let (granted, ended) = (stamped(|k| matches!(k, EventKind::CellGranted { .. })), stamped(|k| matches!(k, EventKind::CellHoldEnded { .. })));
+        assert!(granted >= o.grants && ended > 0, "seed {seed}: {} grants heard, {granted} stamped, {ended} ends stamped", o.grants);
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed}", o.report.violations);
     }
 }
