@@ -45,12 +45,20 @@ pub struct LogStore {
     db: Arc<Db>,
     /// Where each append's start and end are marked (`crate::stages`).
     stages: Arc<Stages>,
-    /// The node's flusher thread; it ends when the last clone is dropped. `None` on a
-    /// simulation's memory disk, which keeps every write and has no WAL to sync: there
-    /// an append is reported durable inline, on the Raft core's task, so that no thread
-    /// outside the simulation decides when (or by `sim`, while the disk is slow).
-    flusher: Option<mpsc::Sender<Flush>>,
-    sim: Arc<SimFlusher>,
+    /// The node's flusher thread, which ends when the last clone is dropped; or, on a
+    /// simulation's memory disk, which keeps every write and has no WAL to sync, the
+    /// simulated one: an append is reported durable inline, on the Raft core's task,
+    /// so that no thread outside the simulation decides when (by its task while the
+    /// disk is slow).
+    flusher: Flusher,
+}
+
+/// Who reports appends durable: the node's flusher thread (a real disk), or on a
+/// memory disk the simulation's flusher (inline while the disk is fast).
+#[derive(Clone)]
+enum Flusher {
+    Thread(mpsc::Sender<Flush>),
+    Memory(Arc<SimFlusher>),
 }
 
 /// How the flusher makes written entries durable: RocksDB's WAL sync (a test holds it).
@@ -175,7 +183,7 @@ impl LogStore {
     /// A log store on a database opened with [`crate::rocks::open_db`].
     pub fn new(db: Arc<Db>) -> Self {
         if db.inline_io() {
-            return LogStore { db, stages: Arc::default(), flusher: None, sim: Arc::default() };
+            return LogStore { db, stages: Arc::default(), flusher: Flusher::Memory(Arc::default()) };
         }
         LogStore::syncing_by(db, Box::new(sync_wal))
     }
@@ -184,18 +192,18 @@ impl LogStore {
         let (flusher_tx, queue) = mpsc::channel();
         let synced_db = Arc::downgrade(&db);
         std::thread::Builder::new().name("raft-log-flusher".into()).spawn(move || flusher(synced_db, queue, sync)).expect("spawn the log flusher thread");
-        LogStore { db, stages: Arc::default(), flusher: Some(flusher_tx), sim: Arc::default() }
+        LogStore { db, stages: Arc::default(), flusher: Flusher::Thread(flusher_tx) }
     }
 
     /// Waits until every append queued so far is synced and reported flushed.
     async fn drain(&self) -> io::Result<()> {
         let (done, passed) = tokio::sync::oneshot::channel();
         match &self.flusher {
-            Some(flusher) => flusher.send(Flush::Barrier(done)).map_err(|_| io::Error::other("the log flusher has stopped"))?,
+            Flusher::Thread(flusher) => flusher.send(Flush::Barrier(done)).map_err(|_| io::Error::other("the log flusher has stopped"))?,
             // A memory disk: nothing to wait for unless the simulation's flusher holds
             // reports back.
-            None => {
-                if self.sim.pending.load(Ordering::Relaxed) == 0 || self.sim.queue(&self.db, Flush::Barrier(done)).is_err() {
+            Flusher::Memory(sim) => {
+                if sim.pending.load(Ordering::Relaxed) == 0 || sim.queue(&self.db, Flush::Barrier(done)).is_err() {
                     return Ok(());
                 }
             }
@@ -319,14 +327,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         debug!(last_index = ?indexes.last(), "entries written; syncing");
         let flush = Flush::Appended { callback, indexes, written, stages: self.stages.clone() };
-        let Some(flusher) = &self.flusher else {
-            // A memory disk keeps every write, and has no WAL sync to call: reported
-            // now, unless the simulation made the disk slow.
-            if let Err(Flush::Appended { callback, indexes, written, stages }) = self.sim.queue(&self.db, flush) {
-                stages.appended(&indexes, written, Instant::now());
-                callback.io_completed(Ok(()));
+        let flusher = match &self.flusher {
+            Flusher::Thread(flusher) => flusher,
+            Flusher::Memory(sim) => {
+                // A memory disk keeps every write, and has no WAL sync to call: reported
+                // now, unless the simulation made the disk slow.
+                if let Err(Flush::Appended { callback, indexes, written, stages }) = sim.queue(&self.db, flush) {
+                    stages.appended(&indexes, written, Instant::now());
+                    callback.io_completed(Ok(()));
+                }
+                return Ok(());
             }
-            return Ok(());
         };
         if let Err(mpsc::SendError(Flush::Appended { callback, .. })) = flusher.send(flush) {
             callback.io_completed(Err(io::Error::other("the log flusher has stopped")));
