@@ -7,6 +7,7 @@ use holdfast_proto::raft::v1 as rpb;
 use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
 use holdfast_rpc::Transport;
 use std::path::PathBuf;
+use std::time::Duration;
 use tracing::{info, warn};
 
 #[derive(Debug, Subcommand)]
@@ -156,6 +157,10 @@ pub struct InitArgs {
     /// ID=RAFT_ADDR,CLIENT_ADDR, once per first voter.
     #[arg(long = "member", required = true)]
     members: Vec<String>,
+    /// How long to wait for the node to answer, in seconds: a bootstrap often runs
+    /// right after its processes start, while a node is still opening its store.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    wait: u64,
     #[command(flatten)]
     tls: ClientTls,
 }
@@ -250,8 +255,8 @@ pub(crate) fn parse_member(m: &str) -> Result<rpb::Member, String> {
 /// bootstrap script can be run again.
 pub(crate) async fn init(a: InitArgs, what: &str) -> Result<(), String> {
     let members = a.members.iter().map(|m| parse_member(m)).collect::<Result<Vec<_>, _>>()?;
-    let mut c = admin(crate::remote::transport(&a.tls)?, &a.raft_endpoint).await?;
-    let m = c.metrics(rpb::MetricsRequest {}).await.map_err(|s| format!("{}: {}", a.raft_endpoint, s.message()))?.into_inner();
+    let t = crate::remote::transport(&a.tls)?;
+    let (mut c, m) = answering(t, &a.raft_endpoint, Duration::from_secs(a.wait)).await?;
     if m.has_log {
         println!("{what} already formed ({} has a log; term {}): nothing to do", a.raft_endpoint, m.current_term);
         return Ok(());
@@ -259,6 +264,30 @@ pub(crate) async fn init(a: InitArgs, what: &str) -> Result<(), String> {
     c.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize refused: {}", s.message()))?;
     println!("{what} initialized with {} voters", a.members.len());
     Ok(())
+}
+
+/// The node at `endpoint` and its metrics, once it answers: an unreachable node, or
+/// one that answers UNAVAILABLE, is asked again (shown on stderr) until `wait` passes.
+async fn answering(t: &Transport, endpoint: &str, wait: Duration) -> Result<(RaftAdminClient<holdfast_rpc::Channel>, rpb::MetricsResponse), String> {
+    let give_up = tokio::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let why = match admin(t, endpoint).await {
+            Ok(mut c) => match c.metrics(rpb::MetricsRequest {}).await {
+                Ok(m) => return Ok((c, m.into_inner())),
+                Err(s) if s.code() == tonic::Code::Unavailable => format!("{endpoint}: {}", s.message()),
+                Err(s) => return Err(format!("{endpoint}: {}", s.message())),
+            },
+            Err(e) => e,
+        };
+        let now = tokio::time::Instant::now();
+        if now >= give_up {
+            return Err(why);
+        }
+        eprintln!("{why} — retrying");
+        tokio::time::sleep(pause.min(give_up - now)).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
 }
 
 async fn status(endpoint: String, tls: &ClientTls) -> Result<(), String> {
