@@ -255,6 +255,8 @@ pub(crate) fn parse_member(m: &str) -> Result<rpb::Member, String> {
 /// bootstrap script can be run again.
 pub(crate) async fn init(a: InitArgs, what: &str) -> Result<(), String> {
     let members = a.members.iter().map(|m| parse_member(m)).collect::<Result<Vec<_>, _>>()?;
+    // A malformed address fails now, not after the wait.
+    holdfast_rpc::host_port(&a.raft_endpoint).map_err(|e| format!("--raft-endpoint: {e}"))?;
     let t = crate::remote::transport(&a.tls)?;
     let (mut c, m) = answering(t, &a.raft_endpoint, Duration::from_secs(a.wait)).await?;
     if m.has_log {
