@@ -117,13 +117,31 @@ impl Remote {
         self.retrying(f).await.map_err(|e| e.map_or_else(|| tonic::Status::cancelled("stopped"), CallError::into_status))
     }
 
+    /// As [`Remote::call`], retrying for `wait` instead of [`RETRY_FOR`] (a bootstrap
+    /// waiting for a node that is still starting).
+    pub async fn call_for<T, F, Fut>(&self, wait: Duration, f: F) -> Result<T, String>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.retrying_for(wait, f).await.map_err(|e| e.map_or_else(|| "stopped".to_owned(), |e| e.to_string()))
+    }
+
     async fn retrying<T, F, Fut>(&self, f: F) -> Result<T, Option<CallError>>
     where
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.retrying_for(RETRY_FOR, f).await
+    }
+
+    async fn retrying_for<T, F, Fut>(&self, wait: Duration, f: F) -> Result<T, Option<CallError>>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let per_attempt = self.transport().options().request_timeout();
-        let retry = Retry { policy: RetryPolicy::default(), give_up: tokio::time::Instant::now() + RETRY_FOR, stop: None };
+        let retry = Retry { policy: RetryPolicy::default(), give_up: tokio::time::Instant::now() + wait, stop: None };
         let shown = |e: &CallError, _: Duration| eprintln!("{e} — retrying");
         self.upstream.call_retrying(|| per_attempt, retry, shown, f).await.map(|c| c.value)
     }

@@ -255,41 +255,20 @@ pub(crate) fn parse_member(m: &str) -> Result<rpb::Member, String> {
 /// bootstrap script can be run again.
 pub(crate) async fn init(a: InitArgs, what: &str) -> Result<(), String> {
     let members = a.members.iter().map(|m| parse_member(m)).collect::<Result<Vec<_>, _>>()?;
-    // A malformed address fails now, not after the wait.
-    holdfast_rpc::host_port(&a.raft_endpoint).map_err(|e| format!("--raft-endpoint: {e}"))?;
-    let t = crate::remote::transport(&a.tls)?;
-    let (mut c, m) = answering(t, &a.raft_endpoint, Duration::from_secs(a.wait)).await?;
+    // One endpoint: an unreachable node, or one answering UNAVAILABLE, is asked again
+    // (shown on stderr) until `--wait` passes; a malformed address fails at once.
+    let node = crate::remote::Remote::new(&a.raft_endpoint, &a.tls).map_err(|e| format!("--raft-endpoint: {e}"))?;
+    let m = node.call_for(Duration::from_secs(a.wait), |ch| async move { RaftAdminClient::new(ch).metrics(rpb::MetricsRequest {}).await }).await?;
     if m.has_log {
         println!("{what} already formed ({} has a log; term {}): nothing to do", a.raft_endpoint, m.current_term);
         return Ok(());
     }
-    c.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize refused: {}", s.message()))?;
+    let members = &members;
+    node.once(|ch| async move { RaftAdminClient::new(ch).initialize(rpb::InitializeRequest { members: members.clone() }).await })
+        .await
+        .map_err(|e| format!("initialize refused: {e}"))?;
     println!("{what} initialized with {} voters", a.members.len());
     Ok(())
-}
-
-/// The node at `endpoint` and its metrics, once it answers: an unreachable node, or
-/// one that answers UNAVAILABLE, is asked again (shown on stderr) until `wait` passes.
-async fn answering(t: &Transport, endpoint: &str, wait: Duration) -> Result<(RaftAdminClient<holdfast_rpc::Channel>, rpb::MetricsResponse), String> {
-    let give_up = tokio::time::Instant::now() + wait;
-    let mut pause = Duration::from_millis(100);
-    loop {
-        let why = match admin(t, endpoint).await {
-            Ok(mut c) => match c.metrics(rpb::MetricsRequest {}).await {
-                Ok(m) => return Ok((c, m.into_inner())),
-                Err(s) if s.code() == tonic::Code::Unavailable => format!("{endpoint}: {}", s.message()),
-                Err(s) => return Err(format!("{endpoint}: {}", s.message())),
-            },
-            Err(e) => e,
-        };
-        let now = tokio::time::Instant::now();
-        if now >= give_up {
-            return Err(why);
-        }
-        eprintln!("{why} — retrying");
-        tokio::time::sleep(pause.min(give_up - now)).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
-    }
 }
 
 async fn status(endpoint: String, tls: &ClientTls) -> Result<(), String> {
