@@ -7,6 +7,7 @@
 #   scripts/bench.sh                 # 10 s per workload per system
 #   BENCH_SECONDS=30 BENCH_ROUNDS=5 scripts/bench.sh
 #   BENCH_TLS=on BENCH_WORKLOADS=single scripts/bench.sh   # a subset
+#   BENCH_TLS=on BENCH_WORKLOADS="floor-rpc floor-fsync single efficiency" scripts/bench.sh  # with the machine's floor
 #   BENCH_TLS=on BENCH_WORKLOADS="parallel:8 parallel:16 parallel:32" scripts/bench.sh  # other client counts
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ fi
 } >"$out/README"
 rounds="${BENCH_ROUNDS:-3}"
 for round in $(seq "$rounds"); do
-    for spec in ${BENCH_WORKLOADS:-single efficiency parallel contended owner-lookups renewals}; do
+    for spec in ${BENCH_WORKLOADS:-floor-rpc floor-fsync single efficiency parallel contended owner-lookups renewals}; do
         # `parallel:16`: a workload at a client count other than its default (the
         # acquire-p99 load envelope is a sweep of these, docs/benchmarks.md).
         w="${spec%%:*}"
@@ -55,6 +56,9 @@ for round in $(seq "$rounds"); do
         for sys in "${order[@]}"; do
             # Owner lookups are a gateway's (and the registry's) answer, not a cell's.
             if [ "$w" = owner-lookups ] && [[ $sys == holdfast-cell* ]]; then continue; fi
+            # The floor (a gRPC round trip to a gateway, a synced append) is the
+            # machine's, measured on the gateway paths only.
+            if [[ $w == floor-* ]] && [[ $sys == etcd || $sys == holdfast-cell* ]]; then continue; fi
             certs=(--certs-dir "$work/holdfast/certs")
             case $sys in
                 etcd) args=(--system etcd --endpoints "$etcd_eps") ;;

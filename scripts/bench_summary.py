@@ -27,7 +27,10 @@ aims = {
     "owner_lookups": "≥ 3× etcd's range reads (lookups/s; 'acquire' is one lookup)",
     "renewals": "single's acquire p99 with the background renewing ≤ 1.1× single's alone (below)",
 }
-WORKLOADS = ["single", "efficiency", "parallel", "contended", "owner_lookups", "renewals"]
+# Aimed ratios to etcd's cycles/s, per workload and path (gateway, cell), for the floor
+# table at the end.
+AIMED = {"single": {"gateway": 1.5, "cell": 2.0}, "efficiency": {"gateway": 5.0, "cell": 10.0}}
+WORKLOADS = ["floor_rpc", "floor_fsync", "single", "efficiency", "parallel", "contended", "owner_lookups", "renewals"]
 print("| workload | system | clients | rounds | ops/s (median) | ops/s min–max | acquire p50 ms | acquire p99 ms | cycle p99 ms | errors | ops/s vs etcd | acquire p99 vs etcd |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for w in WORKLOADS:
@@ -85,3 +88,37 @@ if lines:
     print("| workload | path | ops/s TLS ÷ plaintext | acquire p99 TLS ÷ plaintext |")
     print("|---|---|---:|---:|")
     print("\n".join(lines))
+
+# The machine's floor (bench/src/floor.rs): a cycle's round trips and synced appends at
+# their medians, with no other work. One write direct to the cell: the client's call
+# (one round trip) around the leader's AppendEntries to a follower (one more) and the
+# follower's synced append, the leader's own append running alongside; through the
+# gateway, one round trip more. An efficiency call is one round trip (two through the
+# gateway). A cycle is two of each.
+rtt_of = {}
+for (w, clients, name), rs in runs.items():
+    if w == "floor_rpc":
+        rtt_of[name] = med(rs, "acquire_p50_ms")
+fsyncs = [r["acquire_p50_ms"] for (w, _, _), rs in runs.items() if w == "floor_fsync" for r in rs]
+if rtt_of and fsyncs:
+    fsync = statistics.median(fsyncs)
+    print()
+    print(f"The floor on this machine in this run: a synced 128-byte append {fsync:.3f} ms (median of {len(fsyncs)} runs' p50).")
+    print()
+    print("| workload | system | round trip ms | floor of a cycle ms | etcd's cycle ms | best ratio this machine allows | aimed | measured |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for (w, clients, name), rs in sorted(runs.items()):
+        if w not in AIMED or not name.startswith("holdfast"):
+            continue
+        path = "gateway" if "gateway" in name else "cell"
+        rtt = rtt_of.get(name.replace("(cell", "(gateway"))
+        etcd = runs.get((w, clients, "etcd"))
+        if rtt is None or not etcd:
+            continue
+        hops = (2 if path == "cell" else 3) if w == "single" else (1 if path == "cell" else 2)
+        floor = 2 * (hops * rtt + (fsync if w == "single" else 0.0))
+        etcd_cycle = 1000.0 / med(etcd, "ops_per_s")
+        print(
+            f"| {w} | {name} | {rtt:.3f} | {floor:.3f} | {etcd_cycle:.3f} | {etcd_cycle / floor:.2f}× "
+            f"| {AIMED[w][path]:g}× | {med(rs, 'ops_per_s') / med(etcd, 'ops_per_s'):.2f}× |"
+        )

@@ -20,6 +20,9 @@
 //!   background, in their own shard (`--renewals-shard`) of the same cell
 //!   (`renewals.rs`). Compared with `single` alone: the cost of a cell's idle tenants.
 //!
+//! - `floor-rpc`, `floor-fsync` (holdfast only): the machine's floor, one gRPC round
+//!   trip and one synced log append per call (`floor.rs`).
+//!
 //! Latency is measured per operation with `Instant` around the awaited call; the
 //! percentiles are exact (all samples kept, sorted).
 //!
@@ -30,6 +33,7 @@
 mod control;
 #[cfg(feature = "etcd")]
 mod etcd_lock;
+mod floor;
 mod holdfast_lock;
 mod renewals;
 
@@ -53,6 +57,8 @@ pub enum Workload {
     Contended,
     OwnerLookups,
     Renewals,
+    FloorRpc,
+    FloorFsync,
 }
 
 #[derive(Debug, Parser)]
@@ -216,6 +222,9 @@ struct Args {
     /// session quota.
     #[arg(long, default_value = "renewals")]
     renewals_shard: String,
+    /// `floor-fsync`: where its file goes (the playground's RocksDB lives under /tmp).
+    #[arg(long, default_value = "/tmp")]
+    floor_dir: std::path::PathBuf,
     #[command(flatten)]
     target: Target,
 }
@@ -341,13 +350,28 @@ async fn main() -> Result<(), String> {
         Cmd::ControlHolder(a) => return control::holder(a).await,
     };
     let clients = a.clients.unwrap_or(match a.workload {
-        Workload::Single | Workload::Efficiency | Workload::Renewals => 1,
+        Workload::Single | Workload::Efficiency | Workload::Renewals | Workload::FloorRpc | Workload::FloorFsync => 1,
         Workload::Parallel => 64,
         Workload::Contended => 16,
         Workload::OwnerLookups => 64,
     });
     let endpoints: Vec<String> = a.endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect();
     let report = match a.system {
+        System::Holdfast if a.workload == Workload::FloorRpc => {
+            let security = holdfast_lock::security(a.target.certs_dir.as_deref())?;
+            let mut ls = Vec::new();
+            for _ in 0..clients {
+                ls.push(floor::RpcPing::connect(&security, &endpoints).await?);
+            }
+            run(ls, &a).await
+        }
+        System::Holdfast if a.workload == Workload::FloorFsync => {
+            let ls = (0..clients).map(|_| floor::DiskSync::create(&a.floor_dir)).collect::<Result<Vec<_>, _>>()?;
+            run(ls, &a).await
+        }
+        System::Etcd if matches!(a.workload, Workload::FloorRpc | Workload::FloorFsync) => {
+            return Err("the floor is the machine's: run it with --system holdfast".into());
+        }
         System::Holdfast if a.workload == Workload::OwnerLookups => {
             let security = holdfast_lock::security(a.target.certs_dir.as_deref())?;
             let mut ls = Vec::new();
