@@ -271,8 +271,11 @@ pub(crate) async fn init(a: InitArgs, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// One node's own view, asked once with the transport's per-attempt deadline: a node
+/// that takes the connection and never answers fails the command, not hangs it.
 async fn status(endpoint: String, tls: &ClientTls) -> Result<(), String> {
-    let m = admin(crate::remote::transport(tls)?, &endpoint).await?.metrics(rpb::MetricsRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner();
+    let node = crate::remote::Remote::new(&endpoint, tls).map_err(|e| format!("--raft-endpoint: {e}"))?;
+    let m = node.once(|ch| async move { RaftAdminClient::new(ch).metrics(rpb::MetricsRequest {}).await }).await?;
     let out = serde_json::json!({
         "node_id": m.node_id,
         "state": m.server_state,
