@@ -40,9 +40,20 @@
 //!    epoch, because a move that did not wait for a seal abandons the old epoch's
 //!    holds on purpose (the new tokens are larger). The simulation's workers take
 //!    exclusive locks only, which this check assumes.
+//! 8. [`ViolationKind::ReleaseNotAsked`]: the simulation only: a hold that ended in
+//!    the cell as released (`CellHoldEnded`, reason released) although nobody had
+//!    asked for it: no Release of that very token and no close of its session was
+//!    sent before. A release that ends another holder's hold (a stale token taken for
+//!    the current one) is this, and fencing hides it too.
+//! 9. [`ViolationKind::GrantDuringLockDelay`]: the simulation only: a grant of a lock
+//!    at epoch e (`CellGranted`, a token above the ended one) less than the
+//!    namespace's lock-delay (`LockDelaySet`) after a hold of it at e ended any way
+//!    but a release or a move (`CellHoldEnded`): its holder may still be acting on
+//!    the resource. The leader counts the delay from its own apply of the end, never
+//!    before the first replica's, so a correct cell grants no earlier than this.
 
 use crate::history::{Event, EventKind, History, LockKey, OpId, SessionRef};
-use holdfast_core::{CellId, Epoch, FencingToken, NamespaceName, ShardName};
+use holdfast_core::{CellId, EndReason, Epoch, FencingToken, NamespaceName, SessionId, ShardName};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -58,6 +69,8 @@ pub enum ViolationKind {
     TwoCellsServing,
     GrantAfterOwnershipEnded,
     TwoHolders,
+    ReleaseNotAsked,
+    GrantDuringLockDelay,
 }
 
 impl fmt::Display for ViolationKind {
@@ -70,6 +83,8 @@ impl fmt::Display for ViolationKind {
             ViolationKind::TwoCellsServing => "two cells serving one shard at one epoch",
             ViolationKind::GrantAfterOwnershipEnded => "grant after the cell's ownership of its epoch ended",
             ViolationKind::TwoHolders => "two holders of an exclusive lock",
+            ViolationKind::ReleaseNotAsked => "a hold released that nobody asked to release",
+            ViolationKind::GrantDuringLockDelay => "a grant during the lock-delay",
         })
     }
 }
@@ -138,6 +153,8 @@ pub fn check(history: &History) -> CheckReport {
     two_cells_serving(history, &at, &mut report.violations);
     grants_after_ownership(history, &ops, &at, &mut report.violations);
     two_holders(history, &at, &mut report.violations);
+    releases_asked(history, &at, &mut report.violations);
+    lock_delay_kept(history, &at, &mut report.violations);
     report
 }
 
@@ -436,7 +453,7 @@ fn two_holders(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<
     let mut seen: HashSet<(&LockKey, FencingToken)> = HashSet::new();
     for (i, e) in history.events.iter().enumerate() {
         match &e.kind {
-            EventKind::CellHoldEnded { lock, token } => {
+            EventKind::CellHoldEnded { lock, token, .. } => {
                 seen.insert((lock, *token));
                 if let Some(holds) = live.get_mut(&(lock, token.epoch())) {
                     holds.retain(|(t, _)| t != token);
@@ -454,6 +471,90 @@ fn two_holders(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<
                 holds.push((*token, i));
             }
             _ => {}
+        }
+    }
+}
+
+/// The first line of each hold's end the replicas stamped, in line order.
+fn first_ends(history: &History) -> Vec<(usize, &LockKey, FencingToken, SessionId, EndReason)> {
+    let mut seen = HashSet::new();
+    let mut ends = Vec::new();
+    for (i, e) in history.events.iter().enumerate() {
+        if let EventKind::CellHoldEnded { lock, token, session, reason } = &e.kind {
+            if seen.insert((lock, *token)) {
+                ends.push((i, lock, *token, *session, *reason));
+            }
+        }
+    }
+    ends
+}
+
+/// Check 8: every hold the cell ended as released was asked to end by its holder.
+fn releases_asked(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    // The earliest line that asked for each token's release, and for each session's close.
+    let mut released: HashMap<(&LockKey, FencingToken), usize> = HashMap::new();
+    let mut closed: HashMap<SessionId, usize> = HashMap::new();
+    for (i, e) in history.events.iter().enumerate() {
+        match &e.kind {
+            EventKind::ReleaseInvoked { lock, token, .. } => {
+                released.entry((lock, *token)).or_insert(i);
+            }
+            EventKind::SessionCloseInvoked { session } => {
+                closed.entry(session.id).or_insert(i);
+            }
+            _ => {}
+        }
+    }
+    for (i, lock, token, session, reason) in first_ends(history) {
+        if reason != EndReason::Released {
+            continue;
+        }
+        let before = |asked: Option<&usize>| asked.is_some_and(|&a| a < i);
+        if !before(released.get(&(lock, token))) && !before(closed.get(&session)) {
+            out.push(Violation {
+                kind: ViolationKind::ReleaseNotAsked,
+                summary: format!("the cell ended {lock} token {token} (session {session}) as released, but no release of that token nor close of its session was sent before"),
+                events: vec![at(i)],
+            });
+        }
+    }
+}
+
+/// Check 9: no grant of a lock within the lock-delay after a hold of it ended any way
+/// but a release (or a move, which starts a new epoch).
+fn lock_delay_kept(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    let mut delays: HashMap<&NamespaceName, Vec<(usize, u64)>> = HashMap::new();
+    for (i, e) in history.events.iter().enumerate() {
+        if let EventKind::LockDelaySet { ns, ms } = &e.kind {
+            delays.entry(ns).or_default().push((i, *ms));
+        }
+    }
+    // The namespace's lock-delay as last set before `line` (none set: no delay known).
+    let delay_at = |ns: &NamespaceName, line: usize| delays.get(ns).and_then(|d| d.iter().rev().find(|(i, _)| *i < line)).map_or(0, |(_, ms)| *ms);
+    let mut first_grant: HashMap<(&LockKey, FencingToken), usize> = HashMap::new();
+    for (g, e) in history.events.iter().enumerate() {
+        if let EventKind::CellGranted { lock, token } = &e.kind {
+            first_grant.entry((lock, *token)).or_insert(g);
+        }
+    }
+    for (i, lock, ended, _, reason) in first_ends(history) {
+        if !reason.triggers_lock_delay() || reason == EndReason::Moved {
+            continue;
+        }
+        let delay = delay_at(&lock.ns, i);
+        let until = history.events[i].t_ms.saturating_add(delay);
+        let early = first_grant
+            .iter()
+            .filter(|((l, token), &g)| *l == lock && token.epoch() == ended.epoch() && *token > ended && g > i && history.events[g].t_ms < until);
+        if let Some((&(_, token), &g)) = early.min_by_key(|(_, &g)| g) {
+            out.push(Violation {
+                kind: ViolationKind::GrantDuringLockDelay,
+                summary: format!(
+                    "a cell granted {lock} token {token} {} ms after token {ended}'s hold ended ({reason}), within the lock-delay of {delay} ms",
+                    history.events[g].t_ms - history.events[i].t_ms
+                ),
+                events: vec![at(i), at(g)],
+            });
         }
     }
 }

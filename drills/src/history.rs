@@ -216,11 +216,23 @@ pub enum EventKind {
         token: FencingToken,
     },
     /// The simulation only: a replica of a cell applied the end of the hold of `token`
-    /// (released, expired, broken, moved), recorded at that moment on the shared
+    /// (held by `session`; ended for `reason`), recorded at that moment on the shared
     /// clock. Every replica applies it; the first line counts.
     CellHoldEnded {
         lock: LockKey,
         token: FencingToken,
+        session: SessionId,
+        reason: EndReason,
+    },
+    /// A worker asked its cell to close `session` (which releases its holds).
+    SessionCloseInvoked {
+        session: SessionRef,
+    },
+    /// The namespace's lock-delay as the run configured it: after a hold ends any way
+    /// but a release, its lock is granted to no one for this long.
+    LockDelaySet {
+        ns: NamespaceName,
+        ms: u64,
     },
     /// The simulation only: the registry committed the shard's transfer to `cell` at
     /// `epoch`, recorded at that moment on the same shared clock.

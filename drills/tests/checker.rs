@@ -273,7 +273,7 @@ fn a_grant_stamped_after_the_registry_transferred_the_shard_is_found() {
     // counts at its first moment.
     r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(2, 1) });
     r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 60_000) });
-    r.ev(EventKind::CellHoldEnded { lock: l.clone(), token: tok(1, 60_000) });
+    r.ev(EventKind::CellHoldEnded { lock: l.clone(), token: tok(1, 60_000), session: SessionId(1), reason: EndReason::Moved });
     assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
     // A new grant at epoch 1 after the transfer: the old owner kept granting.
     r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 60_001) });
@@ -294,7 +294,7 @@ fn a_grant_stamped_after_the_registry_transferred_the_shard_is_found() {
 fn a_grant_stamped_while_an_earlier_hold_lives_is_two_holders() {
     let l = lock("settle-8");
     let granted = |token| EventKind::CellGranted { lock: l.clone(), token };
-    let ended = |token| EventKind::CellHoldEnded { lock: l.clone(), token };
+    let ended = |token| EventKind::CellHoldEnded { lock: l.clone(), token, session: SessionId(1), reason: EndReason::Expired };
     let mut r = clean();
     r.ev(granted(tok(1, 100)));
     r.ev(ended(tok(1, 100)));
@@ -314,6 +314,70 @@ fn a_grant_stamped_while_an_earlier_hold_lives_is_two_holders() {
     // Granted while 2:3 holds.
     r.ev(granted(tok(2, 4)));
     only(&check(&r.h), ViolationKind::TwoHolders);
+}
+
+/// The simulation's stamps: a hold the cell ended as released needs its holder to
+/// have asked first, by releasing that very token or closing its session. A release
+/// with a stale token that ends the current holder's hold is the bug this finds.
+#[test]
+fn a_hold_released_that_nobody_asked_to_release_is_found() {
+    let l = lock("settle-9");
+    let ended = |token, session, reason| EventKind::CellHoldEnded { lock: l.clone(), token, session: SessionId(session), reason };
+    let mut r = clean();
+    r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 10) });
+    r.release(&l, 1, tok(1, 10), Answer::Silent);
+    r.ev(ended(tok(1, 10), 1, EndReason::Released));
+    // Every replica stamps it; the first line counts.
+    r.ev(ended(tok(1, 10), 1, EndReason::Released));
+    r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 11) });
+    r.ev(EventKind::SessionCloseInvoked { session: session(2) });
+    r.ev(ended(tok(1, 11), 2, EndReason::Released));
+    // Ended by expiry: nobody needs to ask.
+    r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 12) });
+    r.ev(ended(tok(1, 12), 3, EndReason::Expired));
+    r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 13) });
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+    // Session 3's late release of its expired token 12 ends token 13's hold instead;
+    // 13's own release comes only afterwards.
+    r.release(&l, 3, tok(1, 12), Answer::Failed);
+    r.ev(ended(tok(1, 13), 4, EndReason::Released));
+    r.release(&l, 4, tok(1, 13), Answer::Failed);
+    only(&check(&r.h), ViolationKind::ReleaseNotAsked);
+}
+
+/// The simulation's stamps: after a hold ends any way but a release (or a move), its
+/// lock is granted to no one at that epoch for the namespace's lock-delay.
+#[test]
+fn a_grant_within_the_lock_delay_is_found() {
+    let l = lock("settle-10");
+    let granted = |token| EventKind::CellGranted { lock: l.clone(), token };
+    let ended = |token, reason| EventKind::CellHoldEnded { lock: l.clone(), token, session: SessionId(1), reason };
+    let mut r = clean();
+    r.ev(EventKind::LockDelaySet { ns: l.ns.clone(), ms: 1_000 });
+    r.ev(granted(tok(1, 20)));
+    r.ev(EventKind::SessionCloseInvoked { session: session(1) });
+    // Released: no delay.
+    r.ev(ended(tok(1, 20), EndReason::Released));
+    r.ev(granted(tok(1, 21)));
+    r.ev(ended(tok(1, 21), EndReason::Expired));
+    // The delay ran out (the recorder steps 10 ms a line).
+    r.t += 1_000 - 10;
+    r.ev(granted(tok(1, 22)));
+    // Moved: the next grant is at the next epoch, in another cell.
+    r.ev(ended(tok(1, 22), EndReason::Moved));
+    r.ev(granted(tok(2, 1)));
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+    r.ev(ended(tok(2, 1), EndReason::Expired));
+    r.t += 900;
+    r.ev(granted(tok(2, 2)));
+    only(&check(&r.h), ViolationKind::GrantDuringLockDelay);
+    // Without a lock-delay the same grant is fine.
+    let mut r = clean();
+    r.ev(EventKind::LockDelaySet { ns: l.ns.clone(), ms: 0 });
+    r.ev(granted(tok(2, 1)));
+    r.ev(ended(tok(2, 1), EndReason::Expired));
+    r.ev(granted(tok(2, 2)));
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
 }
 
 #[test]

@@ -196,7 +196,7 @@ impl Hooks {
                 EventKind::Ended { token, reason } => {
                     // The moment a replica applied the end of a hold (the simulation
                     // holds it against the next grant: drills/sim/src/stamps.rs).
-                    tracing::debug!(shard = %ev.shard, lock = %ev.name, token = token.0, reason = ?reason, "hold ended");
+                    tracing::debug!(shard = %ev.shard, lock = %ev.name, token = token.0, session = ev.session.0, reason = %reason, "hold ended");
                     continue;
                 }
                 _ => continue,

@@ -354,6 +354,8 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         let (ready, layout, owners, log, done, workers) = (ready.clone(), layout.clone(), owners.clone(), log.clone(), done.clone(), opts.workload.workers);
         // Half the seeds run the namespace without a lock-delay, half with the default.
         let lock_delay_ms = (dice.range(0, 2) == 0).then_some(0);
+        let ns = workload::namespace_name()?;
+        log.record_at(0, EventKind::LockDelaySet { ms: lock_delay_ms.unwrap_or_else(|| workload::default_lock_delay_ms(ns.clone())), ns });
         let moves = (!layout.registry.is_empty()).then(|| Dice::new(dice.next()));
         sim.client("admin", async move {
             match moves {

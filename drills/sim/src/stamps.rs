@@ -9,7 +9,7 @@
 //! event cannot silently turn the check off (docs/simulation.md).
 
 use crate::Log;
-use holdfast_core::{CellId, Epoch, FencingToken, LockName, NamespaceName, ShardName};
+use holdfast_core::{CellId, EndReason, Epoch, FencingToken, LockName, NamespaceName, SessionId, ShardName};
 use holdfast_drills::history::{EventKind, LockKey};
 use std::fmt;
 use tracing::field::{Field, Visit};
@@ -46,6 +46,8 @@ struct Fields {
     cell: String,
     token: u64,
     epoch: u64,
+    session: Option<u64>,
+    reason: String,
 }
 
 impl Visit for Fields {
@@ -55,6 +57,7 @@ impl Visit for Fields {
             "shard" => &mut self.shard,
             "lock" => &mut self.lock,
             "cell" => &mut self.cell,
+            "reason" => &mut self.reason,
             _ => return,
         };
         *slot = format!("{value:?}");
@@ -64,6 +67,7 @@ impl Visit for Fields {
         match field.name() {
             "token" => self.token = value,
             "epoch" => self.epoch = value,
+            "session" => self.session = Some(value),
             _ => {}
         }
     }
@@ -81,12 +85,22 @@ impl Fields {
         Some(LockKey { ns, name: LockName::new(self.lock.as_str()).ok()? })
     }
 
+    /// The stable wire string of the reason a hold ended.
+    fn reason(&self) -> Option<EndReason> {
+        [EndReason::Released, EndReason::Expired, EndReason::Broken, EndReason::MaxHold, EndReason::Moved].into_iter().find(|r| r.as_str() == self.reason)
+    }
+
     fn line(&self, target: &str) -> Option<EventKind> {
         if target == CELL_TARGET && self.message == GRANTED {
             return Some(EventKind::CellGranted { lock: self.lock()?, token: FencingToken(self.token) });
         }
         if target == MACHINE_TARGET && self.message == HOLD_ENDED {
-            return Some(EventKind::CellHoldEnded { lock: self.lock()?, token: FencingToken(self.token) });
+            return Some(EventKind::CellHoldEnded {
+                lock: self.lock()?,
+                token: FencingToken(self.token),
+                session: SessionId(self.session?),
+                reason: self.reason()?,
+            });
         }
         if target.starts_with(REGISTRY_TARGET) && self.message == TRANSFERRED {
             let (ns, shard) = self.shard()?;

@@ -40,6 +40,16 @@ impl Default for Workload {
     }
 }
 
+/// The simulation's namespace's name.
+pub(crate) fn namespace_name() -> Result<NamespaceName, String> {
+    NamespaceName::new(NS).map_err(|e| e.to_string())
+}
+
+/// The lock-delay a correctness namespace gets when its config names none.
+pub(crate) fn default_lock_delay_ms(ns: NamespaceName) -> u64 {
+    holdfast_core::NamespaceConfig::with_defaults(ns, "sim", holdfast_core::Intent::Correctness).lock_delay_ms
+}
+
 /// The simulation's namespace (`lock_delay_ms`: `None` is the default).
 pub(crate) fn namespace(lock_delay_ms: Option<u64>) -> apb::NamespaceConfig {
     apb::NamespaceConfig {
@@ -178,7 +188,7 @@ impl Workload {
                     write(log, resource, &names, token);
                     holding(held, w, false);
                     let op = log.next_op();
-                    log.record(EventKind::ReleaseInvoked { op, lock: names.lock.clone(), session: sref, token });
+                    log.record(EventKind::ReleaseInvoked { op, lock: names.lock.clone(), session: sref.clone(), token });
                     match lock.release().await {
                         Ok(()) => log.record(EventKind::ReleaseOk { op }),
                         Err(_) => log.record(EventKind::ReleaseUnknown { op }),
@@ -191,6 +201,9 @@ impl Workload {
                     log.record(EventKind::GrantUnknown { op });
                 }
             }
+            // Closing releases whatever the session still holds (a grant whose answer
+            // was lost, too): the checker's release check needs the line.
+            log.record(EventKind::SessionCloseInvoked { session: sref });
             let _ = session.close().await;
             tokio::time::sleep(Duration::from_millis(dice.range(0, 200))).await;
         }

@@ -1,6 +1,7 @@
 //! The simulation's own guarantees: a fixed set of seeds runs clean (and checks
 //! something), and one seed replays the same history.
 
+use holdfast_core::EndReason;
 use holdfast_drills::history::{EventKind, FaultKind};
 use holdfast_sim::{run, Options};
 use std::collections::BTreeSet;
@@ -18,6 +19,10 @@ fn fixed_seeds_run_clean() {
         let stamped = |f: fn(&EventKind) -> bool| o.history.events.iter().filter(|e| f(&e.kind)).count();
         let (granted, ended) = (stamped(|k| matches!(k, EventKind::CellGranted { .. })), stamped(|k| matches!(k, EventKind::CellHoldEnded { .. })));
         assert!(granted >= o.grants && ended > 0, "seed {seed}: {} grants heard, {granted} stamped, {ended} ends stamped", o.grants);
+        // The release and lock-delay checks read these (docs/simulation.md).
+        let released = stamped(|k| matches!(k, EventKind::CellHoldEnded { reason: EndReason::Released, .. }));
+        let (closes, delays) = (stamped(|k| matches!(k, EventKind::SessionCloseInvoked { .. })), stamped(|k| matches!(k, EventKind::LockDelaySet { .. })));
+        assert!(released > 0 && closes > 0 && delays == 1, "seed {seed}: {released} releases stamped, {closes} closes, {delays} lock-delay lines");
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed}", o.report.violations);
     }
 }
