@@ -188,7 +188,7 @@ async fn find_leader(t: &Transport, endpoints: &[String]) -> Result<(String, rpb
     let mut last = String::from("no member answered");
     loop {
         for e in endpoints {
-            let m = match metrics(t, e).await {
+            let m = match crate::remote::raft_metrics(t, e).await {
                 Ok(m) => m,
                 Err(err) => {
                     last = format!("{e}: {err}");
@@ -206,7 +206,7 @@ async fn find_leader(t: &Transport, endpoints: &[String]) -> Result<(String, rpb
                 last = format!("{e}: the leader {} is not in its membership", m.leader_id);
                 continue;
             };
-            match metrics(t, &addr).await {
+            match crate::remote::raft_metrics(t, &addr).await {
                 Ok(lm) if lm.has_leader && lm.leader_id == lm.node_id => return Ok((addr, lm)),
                 Ok(_) => last = format!("{addr}: not the leader (any more)"),
                 Err(err) => last = format!("{addr}: {err}"),
@@ -216,15 +216,6 @@ async fn find_leader(t: &Transport, endpoints: &[String]) -> Result<(String, rpb
             return Err(format!("no leader found within 15 s ({last})"));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn metrics(t: &Transport, addr: &str) -> Result<rpb::MetricsResponse, String> {
-    let mut c = admin(t, addr).await?;
-    match tokio::time::timeout(Duration::from_secs(3), c.metrics(rpb::MetricsRequest {})).await {
-        Ok(Ok(r)) => Ok(r.into_inner()),
-        Ok(Err(s)) => Err(s.message().to_owned()),
-        Err(_) => Err("no answer within 3 s".into()),
     }
 }
 

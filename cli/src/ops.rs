@@ -10,12 +10,10 @@ use clap::{Args, Subcommand, ValueEnum};
 use holdfast_proto::json::{session_hex, BrokenView, SessionInfoView};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::raft::v1 as raftpb;
-use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_rpc::CallContext;
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Output {
@@ -340,16 +338,6 @@ pub async fn admin(cmd: AdminCmd) -> Result<(), String> {
     Ok(())
 }
 
-/// A Raft node's RaftAdmin Metrics, within 2 s.
-async fn raft_metrics(t: &holdfast_rpc::Transport, raft_addr: &str) -> Result<raftpb::MetricsResponse, String> {
-    let mut admin = RaftAdminClient::new(remote::connect(t, raft_addr).await?);
-    tokio::time::timeout(Duration::from_secs(2), admin.metrics(raftpb::MetricsRequest {}))
-        .await
-        .map_err(|_| format!("no answer from {raft_addr}"))?
-        .map_err(|s| holdfast_rpc::status::one_line(&s))
-        .map(tonic::Response::into_inner)
-}
-
 /// One row of `cluster status`; `region` is unknown (null) for registry voters: their
 /// Raft membership does not say; `node` is null for a `--registry-raft` address that
 /// did not answer.
@@ -374,7 +362,7 @@ fn node_row(group: &str, cell: Option<&str>, region: Option<&str>, node: Option<
 async fn registry_rows(t: &holdfast_rpc::Transport, seeds: &[String]) -> Vec<Value> {
     let mut failures = Vec::new();
     for seed in seeds {
-        let first = match raft_metrics(t, seed).await {
+        let first = match remote::raft_metrics(t, seed).await {
             Ok(m) => m,
             Err(e) => {
                 failures.push(node_row("registry", None, None, None, seed, &Err(e)));
@@ -387,7 +375,7 @@ async fn registry_rows(t: &holdfast_rpc::Transport, seeds: &[String]) -> Vec<Val
         let mut rows = Vec::new();
         for id in ids {
             let raft = &nodes[&id].raft_addr;
-            let metrics = if id == first.node_id { Ok(first.clone()) } else { raft_metrics(t, raft).await };
+            let metrics = if id == first.node_id { Ok(first.clone()) } else { remote::raft_metrics(t, raft).await };
             rows.push(node_row("registry", None, None, Some(id), raft, &metrics));
         }
         return rows;
@@ -403,7 +391,7 @@ pub async fn cluster(cmd: ClusterCmd) -> Result<(), String> {
     let mut rows = registry_rows(remote.transport(), &seeds).await;
     for c in &cells {
         for m in &c.members {
-            let metrics = raft_metrics(remote.transport(), &m.raft_addr).await;
+            let metrics = remote::raft_metrics(remote.transport(), &m.raft_addr).await;
             rows.push(node_row("cell", Some(&c.cell), Some(&c.region), Some(m.node_id), &m.raft_addr, &metrics));
         }
     }

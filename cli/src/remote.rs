@@ -6,6 +6,8 @@
 //! so on stderr.
 
 use clap::Args;
+use holdfast_proto::raft::v1 as rpb;
+use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
 use holdfast_rpc::{Budget, CallError, CertFiles, Channel, Hints, Retry, RetryPolicy, Security, TlsMaterial, Transport, TransportOptions, Upstream};
 use std::future::Future;
 use std::path::PathBuf;
@@ -161,6 +163,18 @@ impl Remote {
 /// A connection to one node, now (a Raft port asked for its own metrics).
 pub async fn connect(t: &Transport, addr: &str) -> Result<Channel, String> {
     t.connect(addr).await.map_err(|e| e.to_string())
+}
+
+/// A node's own Raft metrics (its RaftAdmin port), asked once under the transport's
+/// per-attempt deadline: a node that took the connection and never answers is
+/// reported, not waited on.
+pub async fn raft_metrics(t: &Transport, addr: &str) -> Result<rpb::MetricsResponse, String> {
+    let deadline = t.options().request_timeout();
+    let mut admin = RaftAdminClient::new(connect(t, addr).await?);
+    match tokio::time::timeout(deadline, admin.metrics(rpb::MetricsRequest {})).await {
+        Ok(answer) => answer.map(tonic::Response::into_inner).map_err(|s| holdfast_rpc::status::one_line(&s)),
+        Err(_) => Err(format!("no answer from {addr} within {deadline:?}")),
+    }
 }
 
 /// Serves `app` on a loopback port for the rest of the process (the fenced test

@@ -4,6 +4,7 @@
 
 use super::layout::{Layout, NodeSpec};
 use super::supervisor::Supervisor;
+use crate::remote::raft_metrics;
 use crate::serve::admin;
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::lock::v1 as pb;
@@ -55,17 +56,12 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-pub async fn metrics(t: &Transport, raft_addr: &str) -> Result<rpb::MetricsResponse, String> {
-    let mut c = admin(t, raft_addr).await?;
-    c.metrics(rpb::MetricsRequest {}).await.map(|r| r.into_inner()).map_err(|s| s.message().to_owned())
-}
-
 /// Forms a Raft group (registry or cell) from `nodes` unless it already has a log, and
 /// waits until a leader is known. Returns the leader's client address.
 pub async fn form_group(sup: &Supervisor, t: &Transport, what: &str, nodes: &[&NodeSpec]) -> Result<String, String> {
     let mut formed = false;
     for n in nodes {
-        let m = until(sup, &n.name, &format!("{} to answer RaftAdmin on {}", n.name, n.raft), || metrics(t, &n.raft)).await?;
+        let m = until(sup, &n.name, &format!("{} to answer RaftAdmin on {}", n.name, n.raft), || raft_metrics(t, &n.raft)).await?;
         formed |= m.has_log;
     }
     if !formed {
@@ -75,7 +71,7 @@ pub async fn form_group(sup: &Supervisor, t: &Transport, what: &str, nodes: &[&N
     }
     until(sup, &nodes[0].name, &format!("{what} to elect a leader"), || async {
         for n in nodes {
-            if let Ok(m) = metrics(t, &n.raft).await {
+            if let Ok(m) = raft_metrics(t, &n.raft).await {
                 if m.has_leader && !m.leader_client_addr.is_empty() {
                     return Ok(m.leader_client_addr);
                 }
@@ -125,7 +121,7 @@ where
 
 async fn form_leader(t: &Transport, voters: &[&NodeSpec]) -> Result<String, String> {
     for n in voters {
-        if let Ok(m) = metrics(t, &n.raft).await {
+        if let Ok(m) = raft_metrics(t, &n.raft).await {
             if m.has_leader && !m.leader_client_addr.is_empty() {
                 return Ok(m.leader_client_addr);
             }

@@ -15,11 +15,9 @@ mod layout;
 mod netns;
 mod supervisor;
 
-use crate::serve::admin;
 use bootstrap::{DEMO_NS, DEMO_SHARD};
 use clap::Args;
 use endpoints::Endpoints;
-use holdfast_proto::raft::v1 as rpb;
 use layout::{Layout, NodeSpec, Settings};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -336,7 +334,7 @@ async fn wait_up(sup: &Supervisor, layout: &Layout, name: &str) -> Result<(), St
         }
         if let Some(n) = std::iter::once(&r.registry).chain(&r.cell.nodes).find(|n| n.name == name) {
             return bootstrap::until(sup, name, &format!("{name} to answer RaftAdmin on {}", n.raft), || async {
-                bootstrap::metrics(layout.transport()?, &n.raft).await.map(|_| ())
+                crate::remote::raft_metrics(layout.transport()?, &n.raft).await.map(|_| ())
             })
             .await;
         }
@@ -365,8 +363,7 @@ async fn once(sup: &Supervisor, layout: &Layout) -> Result<(), String> {
     let token = bootstrap::take_demo_lock(sup, layout).await?;
     println!("lock {DEMO_NS}/{DEMO_SHARD}/dev-once taken through {}: token {token}", layout.regions[0].gateway.name);
     for r in &layout.regions {
-        let m =
-            admin(layout.transport()?, &r.cell.nodes[0].raft).await?.metrics(rpb::MetricsRequest {}).await.map_err(|s| s.message().to_owned())?.into_inner();
+        let m = crate::remote::raft_metrics(layout.transport()?, &r.cell.nodes[0].raft).await?;
         println!("cell {}: leader node {} term {}", r.cell.name, m.leader_id, m.current_term);
     }
     Ok(())
