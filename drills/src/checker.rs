@@ -51,6 +51,13 @@
 //!    but a release or a move (`CellHoldEnded`): its holder may still be acting on
 //!    the resource. The leader counts the delay from its own apply of the end, never
 //!    before the first replica's, so a correct cell grants no earlier than this.
+//! 10. [`ViolationKind::GrantToEndedSession`]: the simulation only: a replica applied
+//!     a grant to a session (`CellHoldBegan`) after a replica had applied that
+//!     session's end (`CellSessionEnded`; the first line of each counts). Every
+//!     replica applies one log in one order, and a session's end takes it out of every
+//!     queue first, so a correct cell's first grant line always comes before the first
+//!     end line. A grant to a dead waiter, which no call hears, holds the lock for good;
+//!     only the replicas' own moments show it.
 
 use crate::history::{Event, EventKind, History, LockKey, OpId, SessionRef};
 use holdfast_core::{CellId, EndReason, Epoch, FencingToken, NamespaceName, SessionId, ShardName};
@@ -71,6 +78,7 @@ pub enum ViolationKind {
     TwoHolders,
     ReleaseNotAsked,
     GrantDuringLockDelay,
+    GrantToEndedSession,
 }
 
 impl fmt::Display for ViolationKind {
@@ -85,6 +93,7 @@ impl fmt::Display for ViolationKind {
             ViolationKind::TwoHolders => "two holders of an exclusive lock",
             ViolationKind::ReleaseNotAsked => "a hold released that nobody asked to release",
             ViolationKind::GrantDuringLockDelay => "a grant during the lock-delay",
+            ViolationKind::GrantToEndedSession => "a grant to a session that had ended",
         })
     }
 }
@@ -155,6 +164,7 @@ pub fn check(history: &History) -> CheckReport {
     two_holders(history, &at, &mut report.violations);
     releases_asked(history, &at, &mut report.violations);
     lock_delay_kept(history, &at, &mut report.violations);
+    grants_to_ended_sessions(history, &at, &mut report.violations);
     report
 }
 
@@ -555,6 +565,29 @@ fn lock_delay_kept(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut 
                 ),
                 events: vec![at(i), at(g)],
             });
+        }
+    }
+}
+
+/// Check 10: no grant applied to a session after its end was applied.
+fn grants_to_ended_sessions(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    let mut ended: HashMap<SessionId, usize> = HashMap::new();
+    let mut began: HashSet<(&LockKey, FencingToken)> = HashSet::new();
+    for (i, e) in history.events.iter().enumerate() {
+        match &e.kind {
+            EventKind::CellSessionEnded { session } => {
+                ended.entry(*session).or_insert(i);
+            }
+            EventKind::CellHoldBegan { lock, token, session } if began.insert((lock, *token)) => {
+                if let Some(&end) = ended.get(session) {
+                    out.push(Violation {
+                        kind: ViolationKind::GrantToEndedSession,
+                        summary: format!("a cell granted {lock} token {token} to session {session} after that session had ended"),
+                        events: vec![at(end), at(i)],
+                    });
+                }
+            }
+            _ => {}
         }
     }
 }

@@ -224,6 +224,19 @@ pub enum EventKind {
         session: SessionId,
         reason: EndReason,
     },
+    /// The simulation only: a replica of a cell applied the grant of `token` to
+    /// `session` (whether or not any call was still waiting to hear it), on the shared
+    /// clock. Every replica applies it; the first line counts.
+    CellHoldBegan {
+        lock: LockKey,
+        token: FencingToken,
+        session: SessionId,
+    },
+    /// The simulation only: a replica of a cell applied the end of `session` (closed
+    /// or expired), on the shared clock. The first line counts.
+    CellSessionEnded {
+        session: SessionId,
+    },
     /// A worker asked its cell to close `session` (which releases its holds).
     SessionCloseInvoked {
         session: SessionRef,

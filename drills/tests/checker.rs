@@ -380,6 +380,30 @@ fn a_grant_within_the_lock_delay_is_found() {
     assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
 }
 
+/// The simulation's stamps: no replica applies a grant to a session after a replica
+/// applied that session's end (a dead waiter granted: a lock held for good).
+#[test]
+fn a_grant_applied_after_its_session_ended_is_found() {
+    let l = lock("settle-11");
+    let began = |token, s| EventKind::CellHoldBegan { lock: l.clone(), token, session: SessionId(s) };
+    let ended = |token, s| EventKind::CellHoldEnded { lock: l.clone(), token, session: SessionId(s), reason: EndReason::Expired };
+    let session_ended = |s| EventKind::CellSessionEnded { session: SessionId(s) };
+    let mut r = clean();
+    r.ev(began(tok(1, 30), 1));
+    r.ev(ended(tok(1, 30), 1));
+    r.ev(session_ended(1));
+    // A slower replica applies the same grant and end afterwards: its first line counts.
+    r.ev(began(tok(1, 30), 1));
+    r.ev(ended(tok(1, 30), 1));
+    r.ev(session_ended(1));
+    r.ev(began(tok(1, 31), 2));
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+    // Session 1 was queued again, and its waiter outlived it.
+    r.ev(ended(tok(1, 31), 2));
+    r.ev(began(tok(1, 32), 1));
+    only(&check(&r.h), ViolationKind::GrantToEndedSession);
+}
+
 #[test]
 fn violations_that_need_an_unknown_op_to_be_absent_are_not_reported() {
     let l = lock("batch-9921");

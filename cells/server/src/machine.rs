@@ -191,7 +191,12 @@ impl Hooks {
         let mut waiters = self.waiters.lock().expect("waiters lock");
         for ev in events {
             let result = match ev.kind {
-                EventKind::Acquired { token, .. } => WaitResult::Granted(token),
+                EventKind::Acquired { token, .. } => {
+                    // The moment a replica applied a grant (the simulation holds it
+                    // against the end of the session: drills/sim/src/stamps.rs).
+                    tracing::debug!(shard = %ev.shard, lock = %ev.name, token = token.0, session = ev.session.0, "hold began");
+                    WaitResult::Granted(token)
+                }
                 EventKind::Dequeued { reason } => WaitResult::Dequeued(reason),
                 EventKind::Ended { token, reason } => {
                     // The moment a replica applied the end of a hold (the simulation
@@ -249,6 +254,10 @@ impl ReplicatedState for CellMachine {
     fn apply(&mut self, log_index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
         let entry = Entry::decode(payload).map_err(|e| holdfast_raft::undecodable("cell", log_index, &e))?;
         let applied = self.state.apply(&entry);
+        if let (Command::CloseSession { session } | Command::ExpireSession { session }, Ok(_)) = (&entry.cmd, &applied.result) {
+            // The moment a replica applied a session's end (drills/sim/src/stamps.rs).
+            tracing::debug!(session = session.0, "session ended");
+        }
         let now = Instant::now();
         let mut clock = self.hooks.clock.lock().expect("clock lock");
         if let Some(clock) = clock.as_mut() {

@@ -7,9 +7,12 @@
 //! says how many seeds it took — exit status 0 then, 1 if no seed failed. `--tick-ms`:
 //! simulated time advances in steps of T ms (1 unless given), cheaper per seed the
 //! coarser, and a seed's history depends on it. `--slow-disk`: the faults also slow a
-//! node's disk now and then (other histories than without).
+//! node's disk now and then (other histories than without). A server's panic takes
+//! the process down; it says which seed did it first.
 
 use holdfast_sim::{run, Options, DEFAULT_TICK};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The command that replays `seed` exactly.
@@ -31,6 +34,27 @@ fn replay(seed: u64, opts: &Options) -> String {
         c.push_str(" --slow-disk");
     }
     c
+}
+
+/// A server's panic (an invariant of a state machine broken: its `expect`s) takes the
+/// whole simulation down, every host being a task of this one process. Says which seed
+/// did it, in the form `--until-found` uses (the mutant sweep reads it), and how to
+/// replay it.
+fn say_which_seed_panicked(current: Arc<AtomicU64>, base: Options, until_found: bool) {
+    let default = std::panic::take_hook();
+    let said = AtomicBool::new(false);
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        if said.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let seed = current.load(Ordering::Relaxed);
+        println!("seed {seed}: a server panicked: {}", info.payload_as_str().unwrap_or("(no message)"));
+        if until_found {
+            println!("found by seed {seed} (a server panicked)");
+        }
+        println!("replay: {}", replay(seed, &base));
+    }));
 }
 
 fn usage() -> ! {
@@ -70,9 +94,12 @@ fn main() {
         (None, Some(s)) => vec![s],
         _ => usage(),
     };
+    let current = Arc::new(AtomicU64::new(0));
+    say_which_seed_panicked(current.clone(), base.clone(), until_found);
     let started = Instant::now();
     let (mut failed, mut simulated, mut grants) = (Vec::new(), 0u128, 0usize);
     for (i, &seed) in list.iter().enumerate() {
+        current.store(seed, Ordering::Relaxed);
         if i > 0 && i % 500 == 0 {
             let secs = started.elapsed().as_secs_f64();
             println!("... {i} seeds, {} failed, {:.2} seeds/s", failed.len(), i as f64 / secs);

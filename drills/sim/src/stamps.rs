@@ -1,6 +1,7 @@
 //! The servers' own moments, recorded into the run's history as they happen: a cell
-//! answering an Acquire with a grant (`CellGranted`), a cell's replica applying the end
-//! of a hold (`CellHoldEnded`), and the registry committing a shard's transfer
+//! answering an Acquire with a grant (`CellGranted`), a cell's replica applying a grant
+//! (`CellHoldBegan`), the end of a hold (`CellHoldEnded`) or of a session
+//! (`CellSessionEnded`), and the registry committing a shard's transfer
 //! (`ShardTransferred`). Every simulated host shares one clock, so
 //! the checker can hold the one against the other however late a worker heard of
 //! either (a held or slowed link delivers seconds late). They are read off the
@@ -18,12 +19,15 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer};
 
 /// The cell's service logs each grant it answers (`debug`), its state machine each
-/// hold's end it applies (`debug`, on every replica); the registry logs each transfer
+/// grant, hold's end and session's end it applies (`debug`, on every replica); the
+/// registry logs each transfer
 /// it committed (`info`, from its service and from its leader's duties).
 const CELL_TARGET: &str = "holdfast_cell::service";
 const GRANTED: &str = "granted";
 const MACHINE_TARGET: &str = "holdfast_cell::machine";
 const HOLD_ENDED: &str = "hold ended";
+const HOLD_BEGAN: &str = "hold began";
+const SESSION_ENDED: &str = "session ended";
 const REGISTRY_TARGET: &str = "holdfast_registry";
 const TRANSFERRED: &str = "shard transferred";
 
@@ -37,7 +41,7 @@ impl Stamps {
     }
 }
 
-/// The fields the three events carry.
+/// The fields the events carry.
 #[derive(Default)]
 struct Fields {
     message: String,
@@ -102,6 +106,12 @@ impl Fields {
                 reason: self.reason()?,
             });
         }
+        if target == MACHINE_TARGET && self.message == HOLD_BEGAN {
+            return Some(EventKind::CellHoldBegan { lock: self.lock()?, token: FencingToken(self.token), session: SessionId(self.session?) });
+        }
+        if target == MACHINE_TARGET && self.message == SESSION_ENDED {
+            return Some(EventKind::CellSessionEnded { session: SessionId(self.session?) });
+        }
         if target.starts_with(REGISTRY_TARGET) && self.message == TRANSFERRED {
             let (ns, shard) = self.shard()?;
             return Some(EventKind::ShardTransferred { ns, shard, cell: CellId::new(self.cell.as_str()).ok()?, epoch: Epoch(u32::try_from(self.epoch).ok()?) });
@@ -116,9 +126,9 @@ impl<S: Subscriber> Layer<S> for Stamps {
         event.record(&mut fields);
         match fields.line(event.metadata().target()) {
             Some(kind) => self.0.record(kind),
-            // One of the three events, but not as this layer reads it: a renamed field
+            // One of these events, but not as this layer reads it: a renamed field
             // would turn the check off, so the run says so loudly.
-            None if [GRANTED, HOLD_ENDED, TRANSFERRED].contains(&fields.message.as_str()) => {
+            None if [GRANTED, HOLD_ENDED, HOLD_BEGAN, SESSION_ENDED, TRANSFERRED].contains(&fields.message.as_str()) => {
                 panic!("the simulation cannot read the servers' {:?} event (fields changed?): see drills/sim/src/stamps.rs", fields.message)
             }
             None => {}

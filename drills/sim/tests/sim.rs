@@ -23,6 +23,12 @@ fn fixed_seeds_run_clean() {
         let released = stamped(|k| matches!(k, EventKind::CellHoldEnded { reason: EndReason::Released, .. }));
         let (closes, delays) = (stamped(|k| matches!(k, EventKind::SessionCloseInvoked { .. })), stamped(|k| matches!(k, EventKind::LockDelaySet { .. })));
         assert!(released > 0 && closes > 0 && delays == 1, "seed {seed}: {released} releases stamped, {closes} closes, {delays} lock-delay lines");
+        let (began, sessions_ended) = (stamped(|k| matches!(k, EventKind::CellHoldBegan { .. })), stamped(|k| matches!(k, EventKind::CellSessionEnded { .. })));
+        assert!(
+            began >= o.grants && sessions_ended > 0,
+            "seed {seed}: {} grants heard, {began} applied grants stamped, {sessions_ended} session ends",
+            o.grants
+        );
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed}", o.report.violations);
     }
 }
