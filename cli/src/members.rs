@@ -8,7 +8,8 @@
 //! registry's record of the cell is updated afterwards, so gateways learn the members.
 
 use crate::ops::{emit, Gw};
-use crate::serve::{admin, parse_member};
+use crate::remote::{raft_admin, raft_metrics};
+use crate::serve::parse_member;
 use clap::{Args, Subcommand};
 use holdfast_proto::raft::v1 as rpb;
 use holdfast_rpc::Transport;
@@ -188,7 +189,7 @@ async fn find_leader(t: &Transport, endpoints: &[String]) -> Result<(String, rpb
     let mut last = String::from("no member answered");
     loop {
         for e in endpoints {
-            let m = match crate::remote::raft_metrics(t, e).await {
+            let m = match raft_metrics(t, e).await {
                 Ok(m) => m,
                 Err(err) => {
                     last = format!("{e}: {err}");
@@ -206,7 +207,7 @@ async fn find_leader(t: &Transport, endpoints: &[String]) -> Result<(String, rpb
                 last = format!("{e}: the leader {} is not in its membership", m.leader_id);
                 continue;
             };
-            match crate::remote::raft_metrics(t, &addr).await {
+            match raft_metrics(t, &addr).await {
                 Ok(lm) if lm.has_leader && lm.leader_id == lm.node_id => return Ok((addr, lm)),
                 Ok(_) => last = format!("{addr}: not the leader (any more)"),
                 Err(err) => last = format!("{addr}: {err}"),
@@ -224,7 +225,7 @@ async fn add_learner(t: &Transport, endpoints: &[String], leader: &str, learner:
     eprintln!("adding node {} as a learner; waiting for it to catch up", learner.node_id);
     let mut at = leader.to_owned();
     for _ in 0..5 {
-        let mut c = admin(t, &at).await?;
+        let mut c = raft_admin(t, &at).await?;
         let req = rpb::AddLearnerRequest { learner: Some(learner.clone()), blocking: true };
         match tokio::time::timeout(STEP, c.add_learner(req)).await {
             Ok(Ok(_)) => return Ok(()),
@@ -245,7 +246,7 @@ async fn add_learner(t: &Transport, endpoints: &[String], leader: &str, learner:
 async fn change_voters(t: &Transport, endpoints: &[String], target: &BTreeSet<u64>) -> Result<rpb::Membership, String> {
     for _ in 0..5 {
         let (leader, _) = find_leader(t, endpoints).await?;
-        let mut c = admin(t, &leader).await?;
+        let mut c = raft_admin(t, &leader).await?;
         let req = rpb::ChangeMembershipRequest { voters: target.iter().copied().collect(), keep_removed_as_learners: false };
         match tokio::time::timeout(STEP, c.change_membership(req)).await {
             Ok(Ok(r)) => return r.into_inner().membership.ok_or_else(|| "the leader answered no membership".to_owned()),

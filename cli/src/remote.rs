@@ -165,12 +165,17 @@ pub async fn connect(t: &Transport, addr: &str) -> Result<Channel, String> {
     t.connect(addr).await.map_err(|e| e.to_string())
 }
 
+/// A client of one node's RaftAdmin port, now.
+pub async fn raft_admin(t: &Transport, addr: &str) -> Result<RaftAdminClient<Channel>, String> {
+    Ok(RaftAdminClient::new(connect(t, addr).await?))
+}
+
 /// A node's own Raft metrics (its RaftAdmin port), asked once under the transport's
 /// per-attempt deadline: a node that took the connection and never answers is
 /// reported, not waited on.
 pub async fn raft_metrics(t: &Transport, addr: &str) -> Result<rpb::MetricsResponse, String> {
     let deadline = t.options().request_timeout();
-    let mut admin = RaftAdminClient::new(connect(t, addr).await?);
+    let mut admin = raft_admin(t, addr).await?;
     match tokio::time::timeout(deadline, admin.metrics(rpb::MetricsRequest {})).await {
         Ok(answer) => answer.map(tonic::Response::into_inner).map_err(|s| holdfast_rpc::status::one_line(&s)),
         Err(_) => Err(format!("no answer from {addr} within {deadline:?}")),

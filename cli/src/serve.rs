@@ -5,7 +5,6 @@ use clap::{Args, Subcommand};
 use holdfast_cell::{CellConfig, CellServer};
 use holdfast_proto::raft::v1 as rpb;
 use holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient;
-use holdfast_rpc::Transport;
 use std::path::PathBuf;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -232,10 +231,6 @@ pub(crate) async fn wait_for_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-}
-
-pub(crate) async fn admin(t: &Transport, endpoint: &str) -> Result<RaftAdminClient<holdfast_rpc::Channel>, String> {
-    Ok(RaftAdminClient::new(crate::remote::connect(t, endpoint).await?))
 }
 
 /// One `--member ID=RAFT_ADDR,CLIENT_ADDR`, each address a `host:port` (DNS name or IP).

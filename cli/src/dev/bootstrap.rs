@@ -4,8 +4,7 @@
 
 use super::layout::{Layout, NodeSpec};
 use super::supervisor::Supervisor;
-use crate::remote::raft_metrics;
-use crate::serve::admin;
+use crate::remote::{raft_admin, raft_metrics};
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
@@ -67,7 +66,7 @@ pub async fn form_group(sup: &Supervisor, t: &Transport, what: &str, nodes: &[&N
     if !formed {
         let members = nodes.iter().map(|n| rpb::Member { node_id: n.node_id, raft_addr: n.raft.clone(), client_addr: n.client.clone() }).collect();
         info!(group = what, "initializing");
-        admin(t, &nodes[0].raft).await?.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize {what}: {}", s.message()))?;
+        raft_admin(t, &nodes[0].raft).await?.initialize(rpb::InitializeRequest { members }).await.map_err(|s| format!("initialize {what}: {}", s.message()))?;
     }
     until(sup, &nodes[0].name, &format!("{what} to elect a leader"), || async {
         for n in nodes {
