@@ -422,10 +422,10 @@ fn grants_after_ownership(history: &History, ops: &HashMap<OpId, Op>, at: &dyn F
         ends.into_iter().flatten().max()
     };
     // The cells' own moments of granting (the simulation): the first of each token.
-    let mut stamped: HashMap<(&LockKey, FencingToken), usize> = HashMap::new();
+    let first = first_grants(history);
     for (g, e) in history.events.iter().enumerate() {
         let EventKind::CellGranted { lock, token } = &e.kind else { continue };
-        if stamped.insert((lock, *token), g).is_some() {
+        if first.get(&(lock, *token)) != Some(&g) {
             continue;
         }
         let epoch = token.epoch();
@@ -485,6 +485,18 @@ fn two_holders(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<
     }
 }
 
+/// The first line on which a cell answered each token's grant (`CellGranted`; a retry
+/// answered again is the same grant).
+fn first_grants(history: &History) -> HashMap<(&LockKey, FencingToken), usize> {
+    let mut first = HashMap::new();
+    for (g, e) in history.events.iter().enumerate() {
+        if let EventKind::CellGranted { lock, token } = &e.kind {
+            first.entry((lock, *token)).or_insert(g);
+        }
+    }
+    first
+}
+
 /// The first line of each hold's end the replicas stamped, in line order.
 fn first_ends(history: &History) -> Vec<(usize, &LockKey, FencingToken, SessionId, EndReason)> {
     let mut seen = HashSet::new();
@@ -541,12 +553,7 @@ fn lock_delay_kept(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut 
     }
     // The namespace's lock-delay as last set before `line` (none set: no delay known).
     let delay_at = |ns: &NamespaceName, line: usize| delays.get(ns).and_then(|d| d.iter().rev().find(|(i, _)| *i < line)).map_or(0, |(_, ms)| *ms);
-    let mut first_grant: HashMap<(&LockKey, FencingToken), usize> = HashMap::new();
-    for (g, e) in history.events.iter().enumerate() {
-        if let EventKind::CellGranted { lock, token } = &e.kind {
-            first_grant.entry((lock, *token)).or_insert(g);
-        }
-    }
+    let first_grant = first_grants(history);
     for (i, lock, ended, _, reason) in first_ends(history) {
         if !reason.triggers_lock_delay() || reason == EndReason::Moved {
             continue;
