@@ -58,6 +58,13 @@
 //!     queue first, so a correct cell's first grant line always comes before the first
 //!     end line. A grant to a dead waiter, which no call hears, holds the lock for good;
 //!     only the replicas' own moments show it.
+//! 11. [`ViolationKind::GrantOutOfQueueOrder`]: the simulation only: per lock and
+//!     epoch, the queue rebuilt from the replicas' stamps in the log's order (the
+//!     cell's revision; `CellWaiterQueued`, `CellWaiterLeft`, `CellHoldBegan`), a grant
+//!     to a session other than the one at the front of the queue: FIFO without
+//!     barging (docs/semantics.md). Per epoch, as one cell serves a shard at an epoch;
+//!     a waiter carried over its shard's epoch bump in one cell (after 2^40 − 2^30
+//!     grants of the shard) is not modelled.
 
 use crate::history::{Event, EventKind, History, LockKey, OpId, SessionRef};
 use holdfast_core::{CellId, EndReason, Epoch, FencingToken, NamespaceName, SessionId, ShardName};
@@ -79,6 +86,7 @@ pub enum ViolationKind {
     ReleaseNotAsked,
     GrantDuringLockDelay,
     GrantToEndedSession,
+    GrantOutOfQueueOrder,
 }
 
 impl fmt::Display for ViolationKind {
@@ -94,6 +102,7 @@ impl fmt::Display for ViolationKind {
             ViolationKind::ReleaseNotAsked => "a hold released that nobody asked to release",
             ViolationKind::GrantDuringLockDelay => "a grant during the lock-delay",
             ViolationKind::GrantToEndedSession => "a grant to a session that had ended",
+            ViolationKind::GrantOutOfQueueOrder => "a grant out of queue order",
         })
     }
 }
@@ -165,6 +174,7 @@ pub fn check(history: &History) -> CheckReport {
     releases_asked(history, &at, &mut report.violations);
     lock_delay_kept(history, &at, &mut report.violations);
     grants_to_ended_sessions(history, &at, &mut report.violations);
+    grants_in_queue_order(history, &at, &mut report.violations);
     report
 }
 
@@ -585,7 +595,7 @@ fn grants_to_ended_sessions(history: &History, at: &dyn Fn(usize) -> EventRef, o
             EventKind::CellSessionEnded { session } => {
                 ended.entry(*session).or_insert(i);
             }
-            EventKind::CellHoldBegan { lock, token, session } if began.insert((lock, *token)) => {
+            EventKind::CellHoldBegan { lock, token, session, .. } if began.insert((lock, *token)) => {
                 if let Some(&end) = ended.get(session) {
                     out.push(Violation {
                         kind: ViolationKind::GrantToEndedSession,
@@ -595,6 +605,53 @@ fn grants_to_ended_sessions(history: &History, at: &dyn Fn(usize) -> EventRef, o
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// A change of a lock's holders or queue, as a replica applied it.
+#[derive(Clone, Copy)]
+enum QueueChange {
+    Queued,
+    Left,
+    Began(FencingToken),
+}
+
+/// Check 11: the cell's grants of each lock go to the front of its queue.
+fn grants_in_queue_order(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    // Per lock and epoch, each change once (every replica stamps it; the first line
+    // stands for it), in the log's order: the cell's revision.
+    type Log = BTreeMap<u64, (QueueChange, SessionId, usize)>;
+    let mut logs: BTreeMap<(&LockKey, Epoch), Log> = BTreeMap::new();
+    for (i, e) in history.events.iter().enumerate() {
+        let (lock, epoch, revision, change, session) = match &e.kind {
+            EventKind::CellWaiterQueued { lock, epoch, session, revision } => (lock, *epoch, *revision, QueueChange::Queued, session),
+            EventKind::CellWaiterLeft { lock, epoch, session, revision } => (lock, *epoch, *revision, QueueChange::Left, session),
+            // Revision 0: a line from before grants carried one, which says no order.
+            EventKind::CellHoldBegan { lock, token, session, revision } if *revision > 0 => {
+                (lock, token.epoch(), *revision, QueueChange::Began(*token), session)
+            }
+            _ => continue,
+        };
+        logs.entry((lock, epoch)).or_default().entry(revision).or_insert((change, *session, i));
+    }
+    for ((lock, epoch), log) in logs {
+        let mut queue: Vec<(SessionId, usize)> = Vec::new();
+        for (change, session, i) in log.into_values() {
+            match change {
+                QueueChange::Queued => queue.push((session, i)),
+                QueueChange::Left => queue.retain(|(s, _)| *s != session),
+                QueueChange::Began(token) => {
+                    if let Some(&(first, q)) = queue.first().filter(|(s, _)| *s != session) {
+                        out.push(Violation {
+                            kind: ViolationKind::GrantOutOfQueueOrder,
+                            summary: format!("a cell granted {lock} token {token} to session {session} while session {first}, queued before it at epoch {epoch}, still waited"),
+                            events: vec![at(q), at(i)],
+                        });
+                    }
+                    queue.retain(|(s, _)| *s != session);
+                }
+            }
         }
     }
 }

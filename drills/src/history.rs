@@ -231,6 +231,27 @@ pub enum EventKind {
         lock: LockKey,
         token: FencingToken,
         session: SessionId,
+        /// The cell's revision of the grant: the log's order, which the lines of
+        /// several replicas need not show (0 in histories from before it was stamped).
+        #[serde(default)]
+        revision: u64,
+    },
+    /// The simulation only: a replica of a cell applied the queueing of `session`'s
+    /// Acquire behind the lock's holders, on the shared clock, at the cell's `revision`,
+    /// the shard then at `epoch` in that cell.
+    CellWaiterQueued {
+        lock: LockKey,
+        epoch: Epoch,
+        session: SessionId,
+        revision: u64,
+    },
+    /// The simulation only: a replica applied the end of `session`'s wait without a
+    /// grant (its wait ran out, its session ended, or the shard was sealed).
+    CellWaiterLeft {
+        lock: LockKey,
+        epoch: Epoch,
+        session: SessionId,
+        revision: u64,
     },
     /// The simulation only: a replica of a cell applied the end of `session` (closed
     /// or expired), on the shared clock. The first line counts.

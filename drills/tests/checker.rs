@@ -385,7 +385,8 @@ fn a_grant_within_the_lock_delay_is_found() {
 #[test]
 fn a_grant_applied_after_its_session_ended_is_found() {
     let l = lock("settle-11");
-    let began = |token, s| EventKind::CellHoldBegan { lock: l.clone(), token, session: SessionId(s) };
+    // Revision 0: no log order known, which the queue check skips.
+    let began = |token, s| EventKind::CellHoldBegan { lock: l.clone(), token, session: SessionId(s), revision: 0 };
     let ended = |token, s| EventKind::CellHoldEnded { lock: l.clone(), token, session: SessionId(s), reason: EndReason::Expired };
     let session_ended = |s| EventKind::CellSessionEnded { session: SessionId(s) };
     let mut r = clean();
@@ -402,6 +403,47 @@ fn a_grant_applied_after_its_session_ended_is_found() {
     r.ev(ended(tok(1, 31), 2));
     r.ev(began(tok(1, 32), 1));
     only(&check(&r.h), ViolationKind::GrantToEndedSession);
+}
+
+/// The simulation's stamps: the queue of a lock, rebuilt per epoch from every
+/// replica's lines in the cell's revision order, is served from its front (FIFO
+/// without barging).
+#[test]
+fn a_grant_out_of_queue_order_is_found() {
+    let l = lock("settle-12");
+    let queued = |epoch, s, revision| EventKind::CellWaiterQueued { lock: l.clone(), epoch: Epoch(epoch), session: SessionId(s), revision };
+    let left = |epoch, s, revision| EventKind::CellWaiterLeft { lock: l.clone(), epoch: Epoch(epoch), session: SessionId(s), revision };
+    let began = |token, s, revision| EventKind::CellHoldBegan { lock: l.clone(), token, session: SessionId(s), revision };
+    let mut r = clean();
+    r.ev(began(tok(1, 1), 1, 10));
+    r.ev(queued(1, 2, 11));
+    r.ev(queued(1, 3, 12));
+    r.ev(queued(1, 4, 13));
+    // Session 2's wait ran out; session 3 is next. A slower replica's lines come later
+    // and say the same.
+    r.ev(left(1, 2, 14));
+    r.ev(began(tok(1, 2), 3, 16));
+    r.ev(queued(1, 2, 11));
+    r.ev(queued(1, 3, 12));
+    // The same session queued again at another epoch is another queue.
+    r.ev(queued(2, 3, 5));
+    r.ev(began(tok(2, 1), 3, 6));
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+    let fifo = r.h.clone();
+
+    // The lines of a fast replica after the grant, of a slow one before: the log's
+    // order (the revision) decides, not the lines'. Here session 5 came after 4.
+    r.ev(queued(1, 5, 17));
+    r.ev(began(tok(1, 3), 5, 19));
+    let report = check(&r.h);
+    only(&report, ViolationKind::GrantOutOfQueueOrder);
+    assert!(report.violations[0].summary.contains("session s4"), "{}", report.violations[0].summary);
+
+    // Barging: a grant at once to a session that never queued, while session 4 waits.
+    let mut r = Rec { h: fifo, ..Rec::default() };
+    r.t = r.h.end_ms();
+    r.ev(began(tok(1, 3), 9, 20));
+    only(&check(&r.h), ViolationKind::GrantOutOfQueueOrder);
 }
 
 #[test]

@@ -191,20 +191,9 @@ impl Hooks {
         let mut waiters = self.waiters.lock().expect("waiters lock");
         for ev in events {
             let result = match ev.kind {
-                EventKind::Acquired { token, .. } => {
-                    // The moment a replica applied a grant (the simulation holds it
-                    // against the end of the session: drills/sim/src/stamps.rs).
-                    tracing::debug!(shard = %ev.shard, lock = %ev.name, token = token.0, session = ev.session.0, "hold began");
-                    WaitResult::Granted(token)
-                }
+                EventKind::Acquired { token, .. } => WaitResult::Granted(token),
                 EventKind::Dequeued { reason } => WaitResult::Dequeued(reason),
-                EventKind::Ended { token, reason } => {
-                    // The moment a replica applied the end of a hold (the simulation
-                    // holds it against the next grant: drills/sim/src/stamps.rs).
-                    tracing::debug!(shard = %ev.shard, lock = %ev.name, token = token.0, session = ev.session.0, reason = %reason, "hold ended");
-                    continue;
-                }
-                _ => continue,
+                EventKind::Ended { .. } | EventKind::Queued { .. } => continue,
             };
             if let Some(list) = waiters.remove(&(ev.session, ev.request_id.clone())) {
                 for tx in list {
@@ -250,6 +239,28 @@ impl CellMachine {
     }
 }
 
+/// The moments a replica applied each change of a lock's holders and queue, as debug
+/// events: the simulation reads them (drills/sim/src/stamps.rs) and its checker holds
+/// them against each other and against the workers' calls (docs/simulation.md). The
+/// revision orders them as the log did, whichever replica's line comes first; the
+/// epoch is the one this replica serves the shard at.
+fn stamp(state: &CellState, events: &[Event]) {
+    for ev in events {
+        let (shard, lock, session, revision) = (&ev.shard, &ev.name, ev.session.0, ev.revision.0);
+        match ev.kind {
+            EventKind::Acquired { token, .. } => tracing::debug!(%shard, %lock, token = token.0, session, revision, "hold began"),
+            EventKind::Ended { token, reason } => tracing::debug!(%shard, %lock, token = token.0, session, %reason, "hold ended"),
+            EventKind::Queued { .. } => tracing::debug!(%shard, %lock, session, revision, epoch = epoch_of(state, shard), "waiter queued"),
+            EventKind::Dequeued { .. } => tracing::debug!(%shard, %lock, session, revision, epoch = epoch_of(state, shard), "waiter left"),
+        }
+    }
+}
+
+/// Read only when the event is enabled (tracing evaluates fields lazily).
+fn epoch_of(state: &CellState, shard: &ShardKey) -> u32 {
+    state.shard_epoch(shard).map_or(0, |e| e.0)
+}
+
 impl ReplicatedState for CellMachine {
     fn apply(&mut self, log_index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
         let entry = Entry::decode(payload).map_err(|e| holdfast_raft::undecodable("cell", log_index, &e))?;
@@ -258,6 +269,7 @@ impl ReplicatedState for CellMachine {
             // The moment a replica applied a session's end (drills/sim/src/stamps.rs).
             tracing::debug!(session = session.0, "session ended");
         }
+        stamp(&self.state, &applied.events);
         let now = Instant::now();
         let mut clock = self.hooks.clock.lock().expect("clock lock");
         if let Some(clock) = clock.as_mut() {

@@ -136,6 +136,11 @@ impl CellState {
         self.shards.get(key).filter(|s| s.sealed.is_none()).map(|s| s.epoch)
     }
 
+    /// The epoch of this cell's copy of `key`, sealed or not.
+    pub fn shard_epoch(&self, key: &ShardKey) -> Option<Epoch> {
+        self.shards.get(key).map(|s| s.epoch)
+    }
+
     /// Is the lock in lock-delay? (Cheap: the leader's clock asks after every release.)
     pub fn lock_delayed(&self, key: &ShardKey, name: &LockName) -> bool {
         self.shards.get(key).and_then(|s| s.locks.get(name)).is_some_and(|l| l.delayed)

@@ -1,7 +1,8 @@
 //! The servers' own moments, recorded into the run's history as they happen: a cell
 //! answering an Acquire with a grant (`CellGranted`), a cell's replica applying a grant
 //! (`CellHoldBegan`), the end of a hold (`CellHoldEnded`) or of a session
-//! (`CellSessionEnded`), and the registry committing a shard's transfer
+//! (`CellSessionEnded`), a waiter queued or leaving the queue (`CellWaiterQueued`,
+//! `CellWaiterLeft`), and the registry committing a shard's transfer
 //! (`ShardTransferred`). Every simulated host shares one clock, so
 //! the checker can hold the one against the other however late a worker heard of
 //! either (a held or slowed link delivers seconds late). They are read off the
@@ -19,7 +20,8 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer};
 
 /// The cell's service logs each grant it answers (`debug`), its state machine each
-/// grant, hold's end and session's end it applies (`debug`, on every replica); the
+/// grant, hold's end, change of a lock's queue and session's end it applies (`debug`,
+/// on every replica); the
 /// registry logs each transfer
 /// it committed (`info`, from its service and from its leader's duties).
 const CELL_TARGET: &str = "holdfast_cell::service";
@@ -28,6 +30,8 @@ const MACHINE_TARGET: &str = "holdfast_cell::machine";
 const HOLD_ENDED: &str = "hold ended";
 const HOLD_BEGAN: &str = "hold began";
 const SESSION_ENDED: &str = "session ended";
+const QUEUED: &str = "waiter queued";
+const LEFT: &str = "waiter left";
 const REGISTRY_TARGET: &str = "holdfast_registry";
 const TRANSFERRED: &str = "shard transferred";
 
@@ -51,6 +55,7 @@ struct Fields {
     token: u64,
     epoch: u64,
     session: Option<u64>,
+    revision: Option<u64>,
     reason: String,
 }
 
@@ -72,6 +77,7 @@ impl Visit for Fields {
             "token" => self.token = value,
             "epoch" => self.epoch = value,
             "session" => self.session = Some(value),
+            "revision" => self.revision = Some(value),
             _ => {}
         }
     }
@@ -107,7 +113,16 @@ impl Fields {
             });
         }
         if target == MACHINE_TARGET && self.message == HOLD_BEGAN {
-            return Some(EventKind::CellHoldBegan { lock: self.lock()?, token: FencingToken(self.token), session: SessionId(self.session?) });
+            let (token, session, revision) = (FencingToken(self.token), SessionId(self.session?), self.revision?);
+            return Some(EventKind::CellHoldBegan { lock: self.lock()?, token, session, revision });
+        }
+        if target == MACHINE_TARGET && (self.message == QUEUED || self.message == LEFT) {
+            let (lock, epoch, session, revision) = (self.lock()?, Epoch(u32::try_from(self.epoch).ok()?), SessionId(self.session?), self.revision?);
+            return Some(if self.message == QUEUED {
+                EventKind::CellWaiterQueued { lock, epoch, session, revision }
+            } else {
+                EventKind::CellWaiterLeft { lock, epoch, session, revision }
+            });
         }
         if target == MACHINE_TARGET && self.message == SESSION_ENDED {
             return Some(EventKind::CellSessionEnded { session: SessionId(self.session?) });
@@ -128,7 +143,7 @@ impl<S: Subscriber> Layer<S> for Stamps {
             Some(kind) => self.0.record(kind),
             // One of these events, but not as this layer reads it: a renamed field
             // would turn the check off, so the run says so loudly.
-            None if [GRANTED, HOLD_ENDED, HOLD_BEGAN, SESSION_ENDED, TRANSFERRED].contains(&fields.message.as_str()) => {
+            None if [GRANTED, HOLD_ENDED, HOLD_BEGAN, SESSION_ENDED, QUEUED, LEFT, TRANSFERRED].contains(&fields.message.as_str()) => {
                 panic!("the simulation cannot read the servers' {:?} event (fields changed?): see drills/sim/src/stamps.rs", fields.message)
             }
             None => {}

@@ -11,6 +11,8 @@ const SEEDS: std::ops::Range<u64> = 1..6;
 
 #[test]
 fn fixed_seeds_run_clean() {
+    // Waiters that left without a grant, over all seeds (a seed may have none).
+    let mut waiters_left = 0;
     for seed in SEEDS {
         let o = run(&Options::new(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(o.grants > 0, "seed {seed}: no grant in {:?}: the run checked nothing", o.simulated);
@@ -29,8 +31,14 @@ fn fixed_seeds_run_clean() {
             "seed {seed}: {} grants heard, {began} applied grants stamped, {sessions_ended} session ends",
             o.grants
         );
+        // The queue-order check reads these, and grants with their revision.
+        let queued = stamped(|k| matches!(k, EventKind::CellWaiterQueued { .. }));
+        let ordered = stamped(|k| matches!(k, EventKind::CellHoldBegan { revision: 1.., .. }));
+        assert!(queued > 0 && ordered == began, "seed {seed}: {queued} waiters queued, {ordered} of {began} applied grants with a revision");
+        waiters_left += stamped(|k| matches!(k, EventKind::CellWaiterLeft { .. }));
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed}", o.report.violations);
     }
+    assert!(waiters_left > 0, "no waiter left a queue without a grant in seeds {SEEDS:?}");
 }
 
 /// With slow disks (`--slow-disk`): the faults also make a node's log syncs take tens
