@@ -237,8 +237,12 @@ def simulate(repo: str, seeds: int, moves_seeds: int, only: list) -> int:
             found = [l for l in r.stdout.splitlines() if l.startswith("found by")]
             took = f"({'moves, ' if moves else ''}{time.monotonic() - started:.0f} s with the build)"
             # A server's panic (a state machine's invariant) aborts the simulation, which
-            # names the seed first: found too.
-            row = f"found     {name}: {found[0]} {took}" if found else f"not found {name}: no seed of {n} failed {took}"
+            # names the seed first: found too. A panic of the simulation itself found
+            # nothing and proves nothing either.
+            panicked = [l for l in r.stdout.splitlines() if "the simulation itself panicked" in l]
+            row = (f"found     {name}: {found[0]} {took}" if found
+                   else f"ERROR     {name}: {panicked[0]} {took}" if panicked
+                   else f"not found {name}: no seed of {n} failed {took}")
             rows.append(row)
             print(row, flush=True)
     print(f"{sum(r.startswith('found ') for r in rows)} of {len(rows)} simulated mutants found within {seeds} seeds ({moves_seeds} with moves)")

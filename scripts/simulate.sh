@@ -8,7 +8,7 @@
 #   scripts/simulate.sh --seeds 10000            # seeds 0..9999, then seeds/s
 #   scripts/simulate.sh --seeds 200 --moves      # with the registry and shard moves
 #   scripts/simulate.sh --seeds 500 --from 7000
-#   scripts/simulate.sh --seeds 200 --slow-disk  # also slow a node's disk now and then
+#   scripts/simulate.sh --seeds 200 --no-slow-disk  # without the slow disks (older histories)
 #   scripts/simulate.sh --seed 4711 --history /tmp/h.jsonl   # replay one, keep its history
 #   RUST_LOG=info scripts/simulate.sh --seed 4711            # ... with the servers' logs
 #   scripts/simulate.sh --seeds 20 --plant token-reuse       # a planted bug (debug build)

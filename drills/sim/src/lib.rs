@@ -57,8 +57,8 @@ pub struct Options {
     /// latency and timer up to it, and gives other histories.
     pub tick: Duration,
     /// Also slow a node's disk now and then (each sync of its Raft log takes 20–300 ms
-    /// for a few seconds). Off by default, so that the seeds run before it keep their
-    /// histories.
+    /// for a few seconds). On by default; off (`--no-slow-disk`) replays the histories
+    /// of the seeds run before it was (docs/simulation.md).
     pub slow_disk: bool,
 }
 
@@ -67,7 +67,7 @@ pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
 
 impl Options {
     pub fn new(seed: u64) -> Options {
-        Options { seed, workload: Workload::default(), faults: true, plant: None, moves: false, tick: DEFAULT_TICK, slow_disk: false }
+        Options { seed, workload: Workload::default(), faults: true, plant: None, moves: false, tick: DEFAULT_TICK, slow_disk: true }
     }
 }
 

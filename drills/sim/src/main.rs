@@ -1,13 +1,14 @@
 //! `holdfast-sim --seeds N [--from S] | --seed S [--history FILE] [--moves]
-//! [--no-faults] [--plant BUG] [--tick-ms T] [--slow-disk]`: runs seeds of the simulation (docs/simulation.md) and
+//! [--no-faults] [--plant BUG] [--tick-ms T] [--no-slow-disk]`: runs seeds of the simulation (docs/simulation.md) and
 //! reports each one the checker flags, with the command that replays it. `--moves`:
 //! two cells, the registry and a gateway, the shard moving between the cells. Exit status 1 if any seed
 //! fails. With `--plant`, every node runs that planted bug (debug builds); with
 //! `--until-found` (implied by `--plant`) the run stops at the first failing seed and
 //! says how many seeds it took — exit status 0 then, 1 if no seed failed. `--tick-ms`:
 //! simulated time advances in steps of T ms (1 unless given), cheaper per seed the
-//! coarser, and a seed's history depends on it. `--slow-disk`: the faults also slow a
-//! node's disk now and then (other histories than without). A server's panic takes
+//! coarser, and a seed's history depends on it. The faults also slow a node's disk now
+//! and then; `--no-slow-disk` leaves that out (the histories of the seeds run before
+//! it was in the schedule). A server's panic takes
 //! the process down; it says which seed did it first.
 
 use holdfast_sim::{run, Options, DEFAULT_TICK};
@@ -30,8 +31,8 @@ fn replay(seed: u64, opts: &Options) -> String {
     if opts.tick != DEFAULT_TICK {
         c.push_str(&format!(" --tick-ms {}", opts.tick.as_millis()));
     }
-    if opts.slow_disk {
-        c.push_str(" --slow-disk");
+    if !opts.slow_disk {
+        c.push_str(" --no-slow-disk");
     }
     c
 }
@@ -39,7 +40,8 @@ fn replay(seed: u64, opts: &Options) -> String {
 /// A server's panic (an invariant of a state machine broken: its `expect`s) takes the
 /// whole simulation down, every host being a task of this one process. Says which seed
 /// did it, in the form `--until-found` uses (the mutant sweep reads it), and how to
-/// replay it.
+/// replay it. A panic of the simulation itself (this harness, the drills' checker and
+/// recorder, turmoil) is said as such and found nothing.
 fn say_which_seed_panicked(current: Arc<AtomicU64>, base: Options, until_found: bool) {
     let default = std::panic::take_hook();
     let said = AtomicBool::new(false);
@@ -49,16 +51,26 @@ fn say_which_seed_panicked(current: Arc<AtomicU64>, base: Options, until_found: 
             return;
         }
         let seed = current.load(Ordering::Relaxed);
-        println!("seed {seed}: a server panicked: {}", info.payload_as_str().unwrap_or("(no message)"));
-        if until_found {
+        let (file, line) = info.location().map_or(("?", 0), |l| (l.file(), l.line()));
+        let harness = in_harness(file);
+        let whose = if harness { "the simulation itself" } else { "a server" };
+        println!("seed {seed}: {whose} panicked at {file}:{line}: {}", info.payload_as_str().unwrap_or("(no message)"));
+        if until_found && !harness {
             println!("found by seed {seed} (a server panicked)");
         }
         println!("replay: {}", replay(seed, &base));
     }));
 }
 
+/// Is a panic at `file` the simulation's own rather than a server's? This crate's
+/// files are named from its own root (`src/stamps.rs`); the drills' crate and turmoil
+/// by their full paths (`/.../drills/src/checker.rs`, `/.../turmoil-0.7.2/src/...`).
+fn in_harness(file: &str) -> bool {
+    file.starts_with("src/") || file.contains("/drills/src/") || file.contains("/turmoil-")
+}
+
 fn usage() -> ! {
-    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--slow-disk]");
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--no-slow-disk]");
     std::process::exit(2)
 }
 
@@ -77,6 +89,7 @@ fn main() {
             "--no-faults" => base.faults = false,
             "--moves" => base.moves = true,
             "--slow-disk" => base.slow_disk = true,
+            "--no-slow-disk" => base.slow_disk = false,
             "--plant" => {
                 base.plant = Some(it.next().cloned().unwrap_or_else(|| usage()));
                 until_found = true;

@@ -11,8 +11,9 @@ const SEEDS: std::ops::Range<u64> = 1..6;
 
 #[test]
 fn fixed_seeds_run_clean() {
-    // Waiters that left without a grant, over all seeds (a seed may have none).
-    let mut waiters_left = 0;
+    // Waiters that left without a grant, and disks slowed, over all seeds (a seed may
+    // have none of either).
+    let (mut waiters_left, mut disks_slowed) = (0, 0);
     for seed in SEEDS {
         let o = run(&Options::new(seed)).unwrap_or_else(|e| panic!("{e}"));
         assert!(o.grants > 0, "seed {seed}: no grant in {:?}: the run checked nothing", o.simulated);
@@ -36,22 +37,13 @@ fn fixed_seeds_run_clean() {
         let ordered = stamped(|k| matches!(k, EventKind::CellHoldBegan { revision: 1.., .. }));
         assert!(queued > 0 && ordered == began, "seed {seed}: {queued} waiters queued, {ordered} of {began} applied grants with a revision");
         waiters_left += stamped(|k| matches!(k, EventKind::CellWaiterLeft { .. }));
+        disks_slowed += stamped(|k| matches!(k, EventKind::FaultInjected { kind: FaultKind::SlowDisk, .. }));
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed}", o.report.violations);
     }
     assert!(waiters_left > 0, "no waiter left a queue without a grant in seeds {SEEDS:?}");
-}
-
-/// With slow disks (`--slow-disk`): the faults also make a node's log syncs take tens
-/// or hundreds of milliseconds now and then, and the seeds still run clean.
-#[test]
-fn fixed_seeds_with_slow_disks_run_clean() {
-    for seed in 1..3 {
-        let o = run(&Options { slow_disk: true, ..Options::new(seed) }).unwrap_or_else(|e| panic!("{e}"));
-        assert!(o.grants > 0, "seed {seed}: no grant in {:?}: the run checked nothing", o.simulated);
-        let slowed = o.history.events.iter().filter(|e| matches!(&e.kind, EventKind::FaultInjected { kind: FaultKind::SlowDisk, .. })).count();
-        assert!(slowed > 0, "seed {seed}: no disk was slowed: the run tested nothing new");
-        assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed} --slow-disk", o.report.violations);
-    }
+    // The schedule slows a node's disk now and then (its log syncs take tens or
+    // hundreds of milliseconds).
+    assert!(disks_slowed > 0, "no disk was slowed in seeds {SEEDS:?}");
 }
 
 /// A replay is a new process (`scripts/simulate.sh --seed N`), and so is each run
