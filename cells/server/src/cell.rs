@@ -122,9 +122,11 @@ impl Cell {
     /// The shard whose volatile table `cmd` goes to; `None`: it goes to the log.
     fn volatile_target(&self, cmd: &Command) -> Option<ShardKey> {
         match cmd {
-            Command::Acquire { shard, .. } | Command::EndHold { shard, .. } | Command::LiftLockDelay { shard, .. } | Command::BreakLock { shard, .. } => {
-                self.in_memory(shard).then(|| shard.clone())
-            }
+            Command::Acquire { shard, .. }
+            | Command::EndHold { shard, .. }
+            | Command::LiftLockDelay { shard, .. }
+            | Command::EndLockDelay { shard, .. }
+            | Command::BreakLock { shard, .. } => self.in_memory(shard).then(|| shard.clone()),
             // A hold the log granted (before this namespace was served from memory) is
             // released through the log.
             Command::Release { shard, name, token } => {
@@ -184,6 +186,7 @@ impl Cell {
             | Command::Release { shard, .. }
             | Command::EndHold { shard, .. }
             | Command::LiftLockDelay { shard, .. }
+            | Command::EndLockDelay { shard, .. }
             | Command::BreakLock { shard, .. } => shard.clone(),
             Command::CloseSession { session } | Command::ExpireSession { session } | Command::CancelWait { session, .. } => {
                 let busy = |t: &CellState| t.session(*session).filter(|v| v.holds + v.waits > 0).map(|v| v.home);

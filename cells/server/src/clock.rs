@@ -69,8 +69,8 @@ pub struct LeaseClock {
     sessions: BTreeMap<SessionId, SessionTimer>,
     /// Max-hold deadlines.
     holds: BTreeMap<(ShardKey, LockName, FencingToken), Instant>,
-    /// Lock-delay deadlines.
-    delays: BTreeMap<(ShardKey, LockName), Instant>,
+    /// Lock-delay deadlines, with the number of the delay each ends.
+    delays: BTreeMap<(ShardKey, LockName), (Instant, u64)>,
     /// Wait deadlines of queued acquires.
     waits: BTreeMap<(SessionId, RequestId), Instant>,
 }
@@ -104,8 +104,8 @@ impl LeaseClock {
                 clock.holds.insert((key.clone(), name.clone(), token), now + max_hold);
             }
         }
-        for (key, name) in state.delayed_locks() {
-            clock.delays.insert((key.clone(), name.clone()), now + lock_delay(state, &key.ns));
+        for (key, name, number) in state.delayed_locks() {
+            clock.delays.insert((key.clone(), name.clone()), (now + lock_delay(state, &key.ns), number));
         }
         // The calls that were waiting on the old leader are gone; their clients retry
         // here with the same request id and set a fresh deadline. Until then, a waiter
@@ -200,9 +200,11 @@ impl LeaseClock {
                 *deadline = now + REPROPOSE_AFTER;
             }
         }
-        for ((key, name), deadline) in self.delays.iter_mut() {
+        for ((key, name), (deadline, delay)) in self.delays.iter_mut() {
             if *deadline <= now {
-                out.push(Command::LiftLockDelay { shard: key.clone(), name: name.clone() });
+                // Named: a copy proposed again that commits after this delay was lifted
+                // must not lift the next one.
+                out.push(Command::EndLockDelay { shard: key.clone(), name: name.clone(), delay: *delay });
                 *deadline = now + REPROPOSE_AFTER;
             }
         }
@@ -223,7 +225,7 @@ impl LeaseClock {
             .values()
             .map(|t| t.deadline)
             .chain(self.holds.values().copied())
-            .chain(self.delays.values().copied())
+            .chain(self.delays.values().map(|(deadline, _)| *deadline))
             .chain(self.waits.values().copied());
         for d in all {
             next = next.min(d);
@@ -268,10 +270,18 @@ impl LeaseClock {
             Command::LiftLockDelay { shard, name } => {
                 self.delays.remove(&(shard.clone(), name.clone()));
             }
+            Command::EndLockDelay { shard, name, delay } => {
+                // A lift of an earlier delay leaves the running one's timer alone.
+                let key = (shard.clone(), name.clone());
+                if self.delays.get(&key).is_some_and(|(_, running)| running == delay) {
+                    self.delays.remove(&key);
+                }
+            }
             Command::AdoptShard { shard, delayed_locks, .. } => {
                 let delay = lock_delay(state, &shard.ns);
                 for name in delayed_locks {
-                    self.delays.insert((shard.clone(), name.clone()), now + delay);
+                    let number = state.lock_delay_number(shard, name).unwrap_or(0);
+                    self.delays.insert((shard.clone(), name.clone()), (now + delay, number));
                 }
             }
             _ => {}
@@ -294,8 +304,8 @@ impl LeaseClock {
                 EventKind::Ended { token, .. } => {
                     self.holds.remove(&(ev.shard.clone(), ev.name.clone(), *token));
                     let key = (ev.shard.clone(), ev.name.clone());
-                    if state.lock_delayed(&ev.shard, &ev.name) && !self.delays.contains_key(&key) {
-                        self.delays.insert(key, now + lock_delay(state, &ev.shard.ns));
+                    if let Some(number) = state.lock_delay_number(&ev.shard, &ev.name).filter(|_| !self.delays.contains_key(&key)) {
+                        self.delays.insert(key, (now + lock_delay(state, &ev.shard.ns), number));
                     }
                 }
                 EventKind::Dequeued { .. } => {
@@ -603,11 +613,29 @@ mod tests {
         assert!(due.contains(&end));
         commit(&mut st, &mut clock, t0 + Duration::from_millis(2_000), end);
         // MAX_HOLD triggered lock-delay: lifted 1 s later, then the waiter is granted.
-        let lift = Command::LiftLockDelay { shard: key(), name: LockName::new("l").unwrap() };
+        let delay = st.lock_delay_number(&key(), &LockName::new("l").unwrap()).expect("in lock-delay");
+        let lift = Command::EndLockDelay { shard: key(), name: LockName::new("l").unwrap(), delay };
         assert!(!clock.due(t0 + Duration::from_millis(2_999)).contains(&lift));
         assert!(clock.due(t0 + Duration::from_millis(3_000)).contains(&lift));
-        let a = commit(&mut st, &mut clock, t0 + Duration::from_millis(3_000), lift);
+        let a = commit(&mut st, &mut clock, t0 + Duration::from_millis(3_000), lift.clone());
         assert!(a.events.iter().any(|e| matches!(e.kind, EventKind::Acquired { .. }) && e.session == SessionId(2)));
+        // Session 2's hold runs into its max hold too: a second delay, numbered anew.
+        let second_token = a.events.iter().find_map(|e| match e.kind {
+            EventKind::Acquired { token, .. } => Some(token),
+            _ => None,
+        });
+        let end = Command::EndHold { shard: key(), name: LockName::new("l").unwrap(), token: second_token.expect("granted") };
+        assert!(clock.due(t0 + Duration::from_millis(5_000)).contains(&end));
+        commit(&mut st, &mut clock, t0 + Duration::from_millis(5_000), end);
+        let second = st.lock_delay_number(&key(), &LockName::new("l").unwrap()).expect("in lock-delay again");
+        assert_ne!(second, delay);
+        // The first lift, proposed again while its first copy's outcome was unknown,
+        // commits now: it ends nothing, and the second delay's timer stands.
+        let stale = commit(&mut st, &mut clock, t0 + Duration::from_millis(5_500), lift);
+        assert!(stale.events.is_empty(), "{stale:?}");
+        let lift = Command::EndLockDelay { shard: key(), name: LockName::new("l").unwrap(), delay: second };
+        assert!(!clock.due(t0 + Duration::from_millis(5_999)).contains(&lift));
+        assert!(clock.due(t0 + Duration::from_millis(6_000)).contains(&lift));
         // The granted waiter's wait timer is gone.
         let cancel = Command::CancelWait { session: SessionId(2), request_id: RequestId::new("r").unwrap() };
         assert!(!clock.due(t0 + Duration::from_millis(20_000)).contains(&cancel));

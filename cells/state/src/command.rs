@@ -70,7 +70,10 @@ pub enum Command {
     CancelWait { session: SessionId, request_id: RequestId },
     /// The leader's max-hold timer for this hold ran out.
     EndHold { shard: ShardKey, name: LockName, token: FencingToken },
-    /// The leader's lock-delay timer for this lock ran out.
+    /// The leader's lock-delay timer for this lock ran out, whichever delay it is in.
+    /// What leaders wrote before [`Command::EndLockDelay`]; still applied as it was,
+    /// never proposed now: a copy of it committed late could cut the lock's next delay
+    /// short.
     LiftLockDelay { shard: ShardKey, name: LockName },
     /// Admin: end every hold of a lock, audited.
     BreakLock { shard: ShardKey, name: LockName, by: String, reason: String },
@@ -83,6 +86,12 @@ pub enum Command {
     /// table of an efficiency namespace (`volatile.rs`): it grants them from memory, so
     /// no token it hands out is ever handed out again, by it or by a later leader.
     ReserveTokens { shard: ShardKey, epoch: Epoch, count: u64 },
+    /// The leader's timer for lock-delay number `delay` of this lock ran out (the
+    /// number the lock was given when the delay began; 0 for a delay begun before
+    /// numbers existed). A lift of any other delay changes nothing: a timer whose
+    /// first proposal's outcome was unknown is proposed again, and both copies may
+    /// commit, the second after the lock's next delay began.
+    EndLockDelay { shard: ShardKey, name: LockName, delay: u64 },
 }
 
 impl Command {
@@ -101,7 +110,7 @@ impl Command {
             Command::Release { .. } => "release",
             Command::CancelWait { .. } => "cancel_wait",
             Command::EndHold { .. } => "end_hold",
-            Command::LiftLockDelay { .. } => "lift_lock_delay",
+            Command::LiftLockDelay { .. } | Command::EndLockDelay { .. } => "lift_lock_delay",
             Command::BreakLock { .. } => "break_lock",
             Command::ReserveTokens { .. } => "reserve_tokens",
         }

@@ -148,12 +148,16 @@ impl CellState {
         Ok(Outcome::Done)
     }
 
-    pub(crate) fn lift_lock_delay(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName) -> Result<Outcome, CellError> {
-        if let Some(lock) = self.shards.get_mut(key).and_then(|s| s.locks.get_mut(name)) {
-            if lock.delayed {
+    /// Ends the lock's delay: the one numbered `delay`, or (`None`, an entry of an
+    /// older leader) whichever runs. A lift of another delay changes nothing.
+    pub(crate) fn lift_lock_delay(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, delay: Option<u64>) -> Result<Outcome, CellError> {
+        let running = self.lock_delay_number(key, name);
+        if running.is_some_and(|n| delay.is_none_or(|d| d == n)) {
+            if let Some(lock) = self.shards.get_mut(key).and_then(|s| s.locks.get_mut(name)) {
                 lock.delayed = false;
-                self.grant_waiters(ctx, key, name);
             }
+            self.delays.remove(&(key.clone(), name.clone()));
+            self.grant_waiters(ctx, key, name);
         }
         Ok(Outcome::Done)
     }

@@ -146,6 +146,13 @@ impl CellState {
         self.shards.get(key).and_then(|s| s.locks.get(name)).is_some_and(|l| l.delayed)
     }
 
+    /// The number of the lock-delay the lock is in (0: begun before delays had
+    /// numbers), or `None` when it is in none. A lift names it
+    /// ([`crate::Command::EndLockDelay`]).
+    pub fn lock_delay_number(&self, key: &ShardKey, name: &LockName) -> Option<u64> {
+        self.lock_delayed(key, name).then(|| self.delays.get(&(key.clone(), name.clone())).copied().unwrap_or(0))
+    }
+
     /// Locks whose name starts with `prefix`, in name order, at most `limit`; the
     /// bool says whether more were left out.
     pub fn list(&self, key: &ShardKey, prefix: &str, limit: usize) -> Result<(Vec<LockView>, bool), CellError> {
@@ -234,9 +241,12 @@ impl CellState {
         out
     }
 
-    /// Every lock in lock-delay: for the leader's lock-delay timers.
-    pub fn delayed_locks(&self) -> impl Iterator<Item = (&ShardKey, &LockName)> + '_ {
-        self.shards.iter().flat_map(|(key, s)| s.locks.iter().filter(|(_, l)| l.delayed).map(move |(name, _)| (key, name)))
+    /// Every lock in lock-delay, with the number of its delay: for the leader's
+    /// lock-delay timers.
+    pub fn delayed_locks(&self) -> impl Iterator<Item = (&ShardKey, &LockName, u64)> + '_ {
+        self.shards.iter().flat_map(move |(key, s)| {
+            s.locks.iter().filter(|(_, l)| l.delayed).map(move |(name, _)| (key, name, self.delays.get(&(key.clone(), name.clone())).copied().unwrap_or(0)))
+        })
     }
 
     /// Every queued request: for the leader's wait timers.

@@ -47,7 +47,12 @@ impl CellState {
         for name in delayed {
             shard.locks.entry(name.clone()).or_default().delayed = true;
         }
+        // The old epoch's locks, delays and all, are gone with it.
+        self.delays.retain(|(k, _), _| k != key);
         self.shards.insert(key.clone(), shard);
+        for name in delayed {
+            self.number_delay(key, name);
+        }
         Ok(Outcome::Adopted { epoch })
     }
 

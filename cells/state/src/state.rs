@@ -51,6 +51,15 @@ pub struct CellState {
     /// grant only the sequence numbers the log reserved for them.
     #[serde(skip)]
     pub(crate) volatile: bool,
+    /// The number of the lock-delay each delayed lock is in, so that a lift ends only
+    /// the delay it was timed for ([`Command::EndLockDelay`]). Outside this struct's
+    /// serde, like `owners`: a snapshot carries it after them (format version 3); a
+    /// lock delayed in an older snapshot has no number here, which counts as 0.
+    #[serde(skip)]
+    pub(crate) delays: BTreeMap<(ShardKey, LockName), u64>,
+    /// Lock-delays begun so far: the next one is numbered one more.
+    #[serde(skip)]
+    pub(crate) delays_begun: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,7 +185,8 @@ impl CellState {
             Command::Release { shard, name, token } => self.release(&mut ctx, shard, name, *token),
             Command::CancelWait { session, request_id } => self.cancel_wait(&mut ctx, *session, request_id),
             Command::EndHold { shard, name, token } => self.end_hold_cmd(&mut ctx, shard, name, *token),
-            Command::LiftLockDelay { shard, name } => self.lift_lock_delay(&mut ctx, shard, name),
+            Command::LiftLockDelay { shard, name } => self.lift_lock_delay(&mut ctx, shard, name, None),
+            Command::EndLockDelay { shard, name, delay } => self.lift_lock_delay(&mut ctx, shard, name, Some(*delay)),
             Command::BreakLock { shard, name, by, reason } => self.break_lock(&mut ctx, shard, name, by, reason),
             Command::ReserveTokens { shard, epoch, count } => self.reserve_tokens(shard, *epoch, *count),
         };
@@ -243,18 +253,27 @@ impl CellState {
         let Some(shard) = self.shards.get_mut(key) else { return };
         let Some(lock) = shard.locks.get_mut(name) else { return };
         let Some(hold) = lock.holders.remove(&token) else { return };
-        if reason.triggers_lock_delay() && lock_delay > 0 && reason != EndReason::Moved {
-            lock.delayed = true;
-        }
+        // A delay already running goes on as it is (the leader times it from its start).
+        let delay_begins = reason.triggers_lock_delay() && lock_delay > 0 && reason != EndReason::Moved && !lock.delayed;
+        lock.delayed |= delay_begins;
         if shard.ended.len() == ENDED_HOLDS_CAP {
             shard.ended.pop_first();
         }
         shard.ended.insert(token, (name.clone(), reason));
+        if delay_begins {
+            self.number_delay(key, name);
+        }
         if let Some(sess) = self.sessions.get_mut(&hold.session) {
             sess.holds.remove(&(key.clone(), name.clone(), token));
             Self::finish_request(&mut self.requests, sess, hold.session, &hold.request_id, key, name, token, reason);
         }
         self.emit(ctx, key, name, hold.session, &hold.request_id, EventKind::Ended { token, reason }, &hold.value);
+    }
+
+    /// Gives the lock-delay of `name` that just began its number.
+    pub(crate) fn number_delay(&mut self, key: &ShardKey, name: &LockName) {
+        self.delays_begun += 1;
+        self.delays.insert((key.clone(), name.clone()), self.delays_begun);
     }
 
     /// Turns a holding request record into an ended one, pruning old ended records.

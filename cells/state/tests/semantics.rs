@@ -206,6 +206,37 @@ fn lock_delay_after_expiry_until_lifted() {
     assert!(matches!(applied.events[..], [ref e] if e.session == b && matches!(e.kind, EventKind::Acquired { .. })));
 }
 
+/// A lift names the delay it was timed for. The leader proposes a timer again when
+/// its first proposal's outcome is unknown, and both copies may commit: the second,
+/// landing after the lock's next delay began, must not cut that delay short (found by
+/// the simulation: docs/simulation.md).
+#[test]
+fn a_lift_that_commits_twice_does_not_end_the_next_lock_delay() {
+    let mut c = Cell::new(5_000);
+    let (a, b, d) = (c.session(1), c.session(2), c.session(3));
+    c.grant(a, "a", "r1");
+    c.ok(Command::ExpireSession { session: a });
+    let first = c.state.lock_delay_number(&key(), &name("a")).expect("in lock-delay");
+    assert_eq!(c.acquire(b, "a", Mode::Exclusive, "r1", true), Outcome::Queued { position: 0 });
+    let lift = Command::EndLockDelay { shard: key(), name: name("a"), delay: first };
+    let applied = c.apply(lift.clone());
+    assert!(matches!(applied.events[..], [ref e] if e.session == b && matches!(e.kind, EventKind::Acquired { .. })));
+    c.ok(Command::ExpireSession { session: b });
+    let second = c.state.lock_delay_number(&key(), &name("a")).expect("in lock-delay again");
+    assert_ne!(first, second);
+    // The first lift's second copy commits now: it changes nothing.
+    let applied = c.apply(lift);
+    assert!(applied.result.is_ok() && applied.events.is_empty(), "{applied:?}");
+    assert_eq!(c.state.lock_delay_number(&key(), &name("a")), Some(second));
+    let cmd = c.acquire_cmd(d, "a", Mode::Exclusive, "r1", false);
+    assert_eq!(c.refused(cmd).code(), ErrorCode::LockHeld);
+    // The numbers survive a snapshot, and the lift of the running delay ends it.
+    c.state = CellState::restore(&c.state.snapshot()).unwrap();
+    c.ok(Command::EndLockDelay { shard: key(), name: name("a"), delay: second });
+    assert_eq!(c.state.lock_delay_number(&key(), &name("a")), None);
+    assert!(matches!(c.acquire(d, "a", Mode::Exclusive, "r1", false), Outcome::Granted { .. }));
+}
+
 #[test]
 fn waiter_queued_before_expiry_waits_out_the_lock_delay() {
     let mut c = Cell::new(5_000);
