@@ -151,6 +151,10 @@ impl CellState {
     /// Ends the lock's delay: the one numbered `delay`, or (`None`, an entry of an
     /// older leader) whichever runs. A lift of another delay changes nothing.
     pub(crate) fn lift_lock_delay(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, delay: Option<u64>) -> Result<Outcome, CellError> {
+        // A leader's volatile table gets each lift once, from the leader itself, never
+        // a late copy from the log. Its delays have numbers of its own, which the
+        // leader's timer for a delay the log began (an adoption's) does not carry.
+        let delay = delay.filter(|_| !self.volatile);
         let running = self.lock_delay_number(key, name);
         if running.is_some_and(|n| delay.is_none_or(|d| d == n)) {
             if let Some(lock) = self.shards.get_mut(key).and_then(|s| s.locks.get_mut(name)) {
