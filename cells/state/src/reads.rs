@@ -150,7 +150,12 @@ impl CellState {
     /// numbers), or `None` when it is in none. A lift names it
     /// ([`crate::Command::EndLockDelay`]).
     pub fn lock_delay_number(&self, key: &ShardKey, name: &LockName) -> Option<u64> {
-        self.lock_delayed(key, name).then(|| self.delays.get(&(key.clone(), name.clone())).copied().unwrap_or(0))
+        self.lock_delayed(key, name).then(|| self.delay_number(key, name))
+    }
+
+    /// The number a delayed lock's delay was given; 0 if none (an older snapshot's).
+    fn delay_number(&self, key: &ShardKey, name: &LockName) -> u64 {
+        self.delays.get(&(key.clone(), name.clone())).copied().unwrap_or(0)
     }
 
     /// Locks whose name starts with `prefix`, in name order, at most `limit`; the
@@ -244,9 +249,7 @@ impl CellState {
     /// Every lock in lock-delay, with the number of its delay: for the leader's
     /// lock-delay timers.
     pub fn delayed_locks(&self) -> impl Iterator<Item = (&ShardKey, &LockName, u64)> + '_ {
-        self.shards.iter().flat_map(move |(key, s)| {
-            s.locks.iter().filter(|(_, l)| l.delayed).map(move |(name, _)| (key, name, self.delays.get(&(key.clone(), name.clone())).copied().unwrap_or(0)))
-        })
+        self.shards.iter().flat_map(move |(key, s)| s.locks.iter().filter(|(_, l)| l.delayed).map(move |(name, _)| (key, name, self.delay_number(key, name))))
     }
 
     /// Every queued request: for the leader's wait timers.
