@@ -126,6 +126,7 @@ impl Cell {
             | Command::EndHold { shard, .. }
             | Command::LiftLockDelay { shard, .. }
             | Command::EndLockDelay { shard, .. }
+            | Command::EndLockDelayAt { shard, .. }
             | Command::BreakLock { shard, .. } => self.in_memory(shard).then(|| shard.clone()),
             // A hold the log granted (before this namespace was served from memory) is
             // released through the log.
@@ -133,7 +134,9 @@ impl Cell {
                 let logged = self.group.state().read(|m| m.state().holder_session(shard, name, *token)).is_some();
                 (!logged && self.in_memory(shard)).then(|| shard.clone())
             }
-            Command::CancelWait { session, request_id } => self.hooks.read_volatile(|t| t.waiting_shard(*session, request_id).cloned()).flatten(),
+            Command::CancelWait { session, request_id } | Command::EndWait { session, request_id, .. } => {
+                self.hooks.read_volatile(|t| t.waiting_shard(*session, request_id).cloned()).flatten()
+            }
             _ => None,
         }
     }
@@ -187,8 +190,9 @@ impl Cell {
             | Command::EndHold { shard, .. }
             | Command::LiftLockDelay { shard, .. }
             | Command::EndLockDelay { shard, .. }
+            | Command::EndLockDelayAt { shard, .. }
             | Command::BreakLock { shard, .. } => shard.clone(),
-            Command::CloseSession { session } | Command::ExpireSession { session } | Command::CancelWait { session, .. } => {
+            Command::CloseSession { session } | Command::ExpireSession { session } | Command::CancelWait { session, .. } | Command::EndWait { session, .. } => {
                 let busy = |t: &CellState| t.session(*session).filter(|v| v.holds + v.waits > 0).map(|v| v.home);
                 match self.group.state().read(|m| busy(m.state())).or_else(|| self.hooks.read_volatile(busy).flatten()) {
                     Some(home) => home,

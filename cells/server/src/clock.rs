@@ -22,7 +22,7 @@
 //! Why that bounds a dead session: see `docs/sessions.md`.
 
 use holdfast_cell_state::{Applied, CellState, Command, Event, EventKind};
-use holdfast_core::{FencingToken, LockName, NamespaceName, RequestId, SessionId, ShardKey};
+use holdfast_core::{FencingToken, LockName, NamespaceName, RequestId, Revision, SessionId, ShardKey};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -69,10 +69,10 @@ pub struct LeaseClock {
     sessions: BTreeMap<SessionId, SessionTimer>,
     /// Max-hold deadlines.
     holds: BTreeMap<(ShardKey, LockName, FencingToken), Instant>,
-    /// Lock-delay deadlines, with the number of the delay each ends.
-    delays: BTreeMap<(ShardKey, LockName), (Instant, u64)>,
-    /// Wait deadlines of queued acquires.
-    waits: BTreeMap<(SessionId, RequestId), Instant>,
+    /// Lock-delay deadlines, with how the delay each ends began (`None`: not recorded).
+    delays: BTreeMap<(ShardKey, LockName), (Instant, Option<FencingToken>)>,
+    /// Wait deadlines of queued acquires, with the revision each was queued at.
+    waits: BTreeMap<(SessionId, RequestId), (Instant, Option<Revision>)>,
 }
 
 impl LeaseClock {
@@ -104,15 +104,15 @@ impl LeaseClock {
                 clock.holds.insert((key.clone(), name.clone(), token), now + max_hold);
             }
         }
-        for (key, name, number) in state.delayed_locks() {
-            clock.delays.insert((key.clone(), name.clone()), (now + lock_delay(state, &key.ns), number));
+        for (key, name, begun) in state.delayed_locks() {
+            clock.delays.insert((key.clone(), name.clone()), (now + lock_delay(state, &key.ns), begun));
         }
         // The calls that were waiting on the old leader are gone; their clients retry
         // here with the same request id and set a fresh deadline. Until then, a waiter
         // stays queued no longer than its session's TTL.
         for (_, _, session, rid) in state.waiters() {
             let ttl = clock.sessions.get(&session).map_or(Duration::ZERO, |s| s.ttl);
-            clock.waits.insert((session, rid.clone()), now + ttl);
+            clock.waits.insert((session, rid.clone()), (now + ttl, state.queued_at(session, rid)));
         }
         clock
     }
@@ -138,8 +138,11 @@ impl LeaseClock {
     }
 
     /// A queued acquire's open call will give up at `deadline`.
+    /// A wait that already ended (granted or dequeued meanwhile) has no timer to set.
     pub fn track_wait(&mut self, session: SessionId, request_id: RequestId, deadline: Instant) {
-        self.waits.insert((session, request_id), deadline);
+        if let Some((at, _)) = self.waits.get_mut(&(session, request_id)) {
+            *at = deadline;
+        }
     }
 
     /// Rule 2: the checkpoint to propose now, if one is due and lists anybody.
@@ -200,17 +203,17 @@ impl LeaseClock {
                 *deadline = now + REPROPOSE_AFTER;
             }
         }
-        for ((key, name), (deadline, delay)) in self.delays.iter_mut() {
+        // Lifts and timeouts are named: a copy proposed again that commits after the
+        // delay or wait it was for ended must not end the next one.
+        for ((key, name), (deadline, begun)) in self.delays.iter_mut() {
             if *deadline <= now {
-                // Named: a copy proposed again that commits after this delay was lifted
-                // must not lift the next one.
-                out.push(Command::EndLockDelay { shard: key.clone(), name: name.clone(), delay: *delay });
+                out.push(Command::lift_lock_delay(key.clone(), name.clone(), *begun));
                 *deadline = now + REPROPOSE_AFTER;
             }
         }
-        for ((session, rid), deadline) in self.waits.iter_mut() {
+        for ((session, rid), (deadline, queued)) in self.waits.iter_mut() {
             if *deadline <= now {
-                out.push(Command::CancelWait { session: *session, request_id: rid.clone() });
+                out.push(Command::time_out_wait(*session, rid.clone(), *queued));
                 *deadline = now + REPROPOSE_AFTER;
             }
         }
@@ -226,7 +229,7 @@ impl LeaseClock {
             .map(|t| t.deadline)
             .chain(self.holds.values().copied())
             .chain(self.delays.values().map(|(deadline, _)| *deadline))
-            .chain(self.waits.values().copied());
+            .chain(self.waits.values().map(|(deadline, _)| *deadline));
         for d in all {
             next = next.min(d);
         }
@@ -267,26 +270,33 @@ impl LeaseClock {
                     }
                 }
             }
-            Command::LiftLockDelay { shard, name } => {
-                self.delays.remove(&(shard.clone(), name.clone()));
-            }
-            Command::EndLockDelay { shard, name, delay } => {
+            Command::LiftLockDelay { shard, name } | Command::EndLockDelay { shard, name, .. } | Command::EndLockDelayAt { shard, name, .. } => {
                 // A lift of an earlier delay leaves the running one's timer alone.
-                let key = (shard.clone(), name.clone());
-                if self.delays.get(&key).is_some_and(|(_, running)| running == delay) {
-                    self.delays.remove(&key);
-                }
+                self.follow_delay(now, state, shard, name);
             }
             Command::AdoptShard { shard, delayed_locks, .. } => {
-                let delay = lock_delay(state, &shard.ns);
                 for name in delayed_locks {
-                    let number = state.lock_delay_number(shard, name).unwrap_or(0);
-                    self.delays.insert((shard.clone(), name.clone()), (now + delay, number));
+                    self.follow_delay(now, state, shard, name);
                 }
             }
             _ => {}
         }
         self.on_events(now, &applied.events, state);
+    }
+
+    /// Keeps the lock's delay timer in step with `state`: none if the lock is in no
+    /// delay; a new one, from now, if it is in a delay other than the one timed (a
+    /// delay already running goes on as it is).
+    fn follow_delay(&mut self, now: Instant, state: &CellState, shard: &ShardKey, name: &LockName) {
+        let key = (shard.clone(), name.clone());
+        if !state.lock_delayed(shard, name) {
+            self.delays.remove(&key);
+            return;
+        }
+        let begun = state.delay_begun(shard, name);
+        if self.delays.get(&key).is_none_or(|(_, timed)| *timed != begun) {
+            self.delays.insert(key, (now + lock_delay(state, &shard.ns), begun));
+        }
     }
 
     /// Keeps the hold, lock-delay and wait timers in step with events of the table
@@ -303,10 +313,7 @@ impl LeaseClock {
                 }
                 EventKind::Ended { token, .. } => {
                     self.holds.remove(&(ev.shard.clone(), ev.name.clone(), *token));
-                    let key = (ev.shard.clone(), ev.name.clone());
-                    if let Some(number) = state.lock_delay_number(&ev.shard, &ev.name).filter(|_| !self.delays.contains_key(&key)) {
-                        self.delays.insert(key, (now + lock_delay(state, &ev.shard.ns), number));
-                    }
+                    self.follow_delay(now, state, &ev.shard, &ev.name);
                 }
                 EventKind::Dequeued { .. } => {
                     self.waits.remove(&(ev.session, ev.request_id.clone()));
@@ -317,7 +324,7 @@ impl LeaseClock {
                     // TTL: a caller gone while its acquire was being proposed leaves no
                     // waiter queued for good.
                     let ttl = self.sessions.get(&ev.session).map_or(Duration::ZERO, |s| s.ttl);
-                    self.waits.entry((ev.session, ev.request_id.clone())).or_insert(now + ttl);
+                    self.waits.insert((ev.session, ev.request_id.clone()), (now + ttl, Some(ev.revision)));
                 }
             }
         }
@@ -613,13 +620,14 @@ mod tests {
         assert!(due.contains(&end));
         commit(&mut st, &mut clock, t0 + Duration::from_millis(2_000), end);
         // MAX_HOLD triggered lock-delay: lifted 1 s later, then the waiter is granted.
-        let delay = st.lock_delay_number(&key(), &LockName::new("l").unwrap()).expect("in lock-delay");
-        let lift = Command::EndLockDelay { shard: key(), name: LockName::new("l").unwrap(), delay };
+        let delay = st.delay_begun(&key(), &LockName::new("l").unwrap()).expect("in lock-delay");
+        assert_eq!(delay, token, "named by the hold whose end began it");
+        let lift = Command::EndLockDelayAt { shard: key(), name: LockName::new("l").unwrap(), begun: delay };
         assert!(!clock.due(t0 + Duration::from_millis(2_999)).contains(&lift));
         assert!(clock.due(t0 + Duration::from_millis(3_000)).contains(&lift));
         let a = commit(&mut st, &mut clock, t0 + Duration::from_millis(3_000), lift.clone());
         assert!(a.events.iter().any(|e| matches!(e.kind, EventKind::Acquired { .. }) && e.session == SessionId(2)));
-        // Session 2's hold runs into its max hold too: a second delay, numbered anew.
+        // Session 2's hold runs into its max hold too: a second delay, named anew.
         let second_token = a.events.iter().find_map(|e| match e.kind {
             EventKind::Acquired { token, .. } => Some(token),
             _ => None,
@@ -627,18 +635,48 @@ mod tests {
         let end = Command::EndHold { shard: key(), name: LockName::new("l").unwrap(), token: second_token.expect("granted") };
         assert!(clock.due(t0 + Duration::from_millis(5_000)).contains(&end));
         commit(&mut st, &mut clock, t0 + Duration::from_millis(5_000), end);
-        let second = st.lock_delay_number(&key(), &LockName::new("l").unwrap()).expect("in lock-delay again");
+        let second = st.delay_begun(&key(), &LockName::new("l").unwrap()).expect("in lock-delay again");
         assert_ne!(second, delay);
         // The first lift, proposed again while its first copy's outcome was unknown,
         // commits now: it ends nothing, and the second delay's timer stands.
         let stale = commit(&mut st, &mut clock, t0 + Duration::from_millis(5_500), lift);
         assert!(stale.events.is_empty(), "{stale:?}");
-        let lift = Command::EndLockDelay { shard: key(), name: LockName::new("l").unwrap(), delay: second };
+        let lift = Command::EndLockDelayAt { shard: key(), name: LockName::new("l").unwrap(), begun: second };
         assert!(!clock.due(t0 + Duration::from_millis(5_999)).contains(&lift));
         assert!(clock.due(t0 + Duration::from_millis(6_000)).contains(&lift));
         // The granted waiter's wait timer is gone.
-        let cancel = Command::CancelWait { session: SessionId(2), request_id: RequestId::new("r").unwrap() };
-        assert!(!clock.due(t0 + Duration::from_millis(20_000)).contains(&cancel));
+        let timeouts = clock.due(t0 + Duration::from_millis(20_000));
+        assert!(!timeouts.iter().any(|c| matches!(c, Command::EndWait { .. } | Command::CancelWait { .. })), "{timeouts:?}");
+    }
+
+    /// A wait's timeout names the wait: a copy of it proposed again, committed after a
+    /// retry of the same request queued again, ends nothing and leaves the retry's
+    /// timer standing.
+    #[test]
+    fn a_late_copy_of_a_timeout_leaves_the_retried_wait_and_its_timer() {
+        let t0 = Instant::now();
+        let mut st = state_with_sessions(0, None);
+        let mut clock = LeaseClock::on_election(t0, &st, CP, &CheckpointArrivals::default());
+        let rid = || RequestId::new("r").unwrap();
+        commit(&mut st, &mut clock, t0, acquire_l(1, false));
+        commit(&mut st, &mut clock, t0, acquire_l(2, true));
+        clock.track_wait(SessionId(2), rid(), t0 + Duration::from_millis(1_000));
+        let first = st.queued_at(SessionId(2), &rid()).expect("queued");
+        let timeout = Command::EndWait { session: SessionId(2), request_id: rid(), queued: first };
+        assert!(!clock.due(t0 + Duration::from_millis(999)).contains(&timeout));
+        assert!(clock.due(t0 + Duration::from_millis(1_000)).contains(&timeout));
+        commit(&mut st, &mut clock, t0 + Duration::from_millis(1_000), timeout.clone());
+        // The client retries the same request, and waits 5 s this time.
+        let t1 = t0 + Duration::from_millis(1_200);
+        commit(&mut st, &mut clock, t1, acquire_l(2, true));
+        clock.track_wait(SessionId(2), rid(), t1 + Duration::from_millis(5_000));
+        let second = st.queued_at(SessionId(2), &rid()).expect("queued again");
+        assert_ne!(first, second);
+        let stale = commit(&mut st, &mut clock, t1 + Duration::from_millis(100), timeout);
+        assert!(stale.events.is_empty(), "{stale:?}");
+        let timeout = Command::EndWait { session: SessionId(2), request_id: rid(), queued: second };
+        assert!(!clock.due(t1 + Duration::from_millis(4_999)).contains(&timeout));
+        assert!(clock.due(t1 + Duration::from_millis(5_000)).contains(&timeout), "the retry's timer is gone");
     }
 
     /// Issue #15, item 6: a queued acquire whose caller went away while it was being
@@ -652,7 +690,8 @@ mod tests {
         commit(&mut st, &mut clock, t0, acquire_l(1, false));
         commit(&mut st, &mut clock, t0, acquire_l(2, true));
         // No track_wait: the call was dropped.
-        let cancel = Command::CancelWait { session: SessionId(2), request_id: RequestId::new("r").unwrap() };
+        let queued = st.queued_at(SessionId(2), &RequestId::new("r").unwrap()).expect("queued");
+        let cancel = Command::EndWait { session: SessionId(2), request_id: RequestId::new("r").unwrap(), queued };
         let ttl = clock.sessions[&SessionId(2)].ttl;
         assert!(!clock.due(t0 + ttl - Duration::from_millis(1)).contains(&cancel));
         assert!(clock.due(t0 + ttl).contains(&cancel), "a waiter nobody tracks stays queued");

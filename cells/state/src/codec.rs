@@ -15,44 +15,57 @@ const APPLIED_MAGIC: &[u8; 4] = b"HFCA";
 /// version 1 entries never hold: they are still written and read as version 1. The
 /// same holds for `Command::ReserveTokens` and `Outcome::Reserved`, appended later,
 /// and for `Command::EndLockDelay`.
-/// 3: snapshots carry the numbers of the running lock-delays after the owners.
-pub const FORMAT_VERSION: u16 = 3;
+/// 3: snapshots carry the numbers of the running lock-delays after the owners
+///    (builds 9d247b7 to d1ee6f2 of main only).
+/// 4: snapshots carry, after the owners, how each running lock-delay began and when
+///    each waiting request was queued (`Command::EndLockDelayAt`, `Command::EndWait`;
+///    appended to `Command` like the variants above).
+pub const FORMAT_VERSION: u16 = 4;
 const RECORD_VERSION: u16 = 1;
 
 pub use holdfast_core::codec::CodecError;
 use holdfast_core::codec::{decode_versioned, encode_versioned, version_of};
-use holdfast_core::{LockName, SessionId, ShardKey};
+use holdfast_core::{FencingToken, LockName, RequestId, Revision, SessionId, ShardKey};
 use std::collections::BTreeMap;
 
 impl CellState {
     /// A snapshot of the whole state; [`CellState::restore`] gives back an equal state.
     pub fn snapshot(&self) -> Vec<u8> {
-        encode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, &(self, &self.owners, (&self.delays, self.delays_begun)))
+        encode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, &(self, &self.owners, (&self.delays, &self.queued_at)))
     }
 
-    /// Reads a snapshot of this version, of version 2 (no delay numbers: its delayed
-    /// locks are in delay 0) or of version 1 (no owners either).
+    /// Reads a snapshot of this version, of version 3 or 2 (no record of how delays
+    /// began or when waits were queued: any lift or timeout ends them; version 3's
+    /// delay numbers came from a counter replicas could disagree on, so they are
+    /// dropped) or of version 1 (no owners either).
     pub fn restore(bytes: &[u8]) -> Result<CellState, CodecError> {
         const WHAT: &str = "cell snapshot";
         match version_of(SNAPSHOT_MAGIC, WHAT, bytes)? {
             1 => decode_versioned(SNAPSHOT_MAGIC, 1, WHAT, bytes),
             2 => {
-                let (mut state, owners): (CellState, BTreeMap<SessionId, String>) = decode_versioned(SNAPSHOT_MAGIC, 2, WHAT, bytes)?;
+                let (mut state, owners): (CellState, Owners) = decode_versioned(SNAPSHOT_MAGIC, 2, WHAT, bytes)?;
+                state.owners = owners;
+                Ok(state)
+            }
+            3 => {
+                type Numbered = (BTreeMap<(ShardKey, LockName), u64>, u64);
+                let (mut state, owners, _): (CellState, Owners, Numbered) = decode_versioned(SNAPSHOT_MAGIC, 3, WHAT, bytes)?;
                 state.owners = owners;
                 Ok(state)
             }
             _ => {
-                type Delays = (BTreeMap<(ShardKey, LockName), u64>, u64);
-                let (mut state, owners, (delays, begun)): (CellState, BTreeMap<SessionId, String>, Delays) =
-                    decode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, WHAT, bytes)?;
+                type Records = (BTreeMap<(ShardKey, LockName), FencingToken>, BTreeMap<(SessionId, RequestId), Revision>);
+                let (mut state, owners, (delays, queued_at)): (CellState, Owners, Records) = decode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, WHAT, bytes)?;
                 state.owners = owners;
                 state.delays = delays;
-                state.delays_begun = begun;
+                state.queued_at = queued_at;
                 Ok(state)
             }
         }
     }
 }
+
+type Owners = BTreeMap<SessionId, String>;
 
 impl Entry {
     pub fn encode(&self) -> Vec<u8> {

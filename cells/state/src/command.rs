@@ -5,7 +5,7 @@
 //! that depend on time (expiry, max hold, lock-delay, wait timeouts) arrive as
 //! explicit commands the leader committed after measuring on its monotonic clock.
 
-use holdfast_core::{Epoch, FencingToken, LockName, Mode, NamespaceConfig, RequestId, SessionId, ShardKey};
+use holdfast_core::{Epoch, FencingToken, LockName, Mode, NamespaceConfig, RequestId, Revision, SessionId, ShardKey};
 use serde::{Deserialize, Serialize};
 
 /// One log entry: a command plus the leader's wall clock when it proposed it.
@@ -66,14 +66,16 @@ pub enum Command {
     },
     /// Release one hold by its token. The next waiters are granted in the same apply.
     Release { shard: ShardKey, name: LockName, token: FencingToken },
-    /// The leader's wait timer for this request ran out.
+    /// The leader's wait timer for this request ran out, whichever wait it is in.
+    /// Proposed now only for a wait the leader has no record of when it was queued
+    /// (restored from an older snapshot); else [`Command::EndWait`].
     CancelWait { session: SessionId, request_id: RequestId },
     /// The leader's max-hold timer for this hold ran out.
     EndHold { shard: ShardKey, name: LockName, token: FencingToken },
     /// The leader's lock-delay timer for this lock ran out, whichever delay it is in.
-    /// What leaders wrote before [`Command::EndLockDelay`]; still applied as it was,
-    /// never proposed now: a copy of it committed late could cut the lock's next delay
-    /// short.
+    /// Proposed now only for a delay the leader has no record of how it began
+    /// (restored from an older snapshot); else [`Command::EndLockDelayAt`], since a
+    /// copy of this one committed late could cut the lock's next delay short.
     LiftLockDelay { shard: ShardKey, name: LockName },
     /// Admin: end every hold of a lock, audited.
     BreakLock { shard: ShardKey, name: LockName, by: String, reason: String },
@@ -86,15 +88,44 @@ pub enum Command {
     /// table of an efficiency namespace (`volatile.rs`): it grants them from memory, so
     /// no token it hands out is ever handed out again, by it or by a later leader.
     ReserveTokens { shard: ShardKey, epoch: Epoch, count: u64 },
-    /// The leader's timer for lock-delay number `delay` of this lock ran out (the
-    /// number the lock was given when the delay began; 0 for a delay begun before
-    /// numbers existed). A lift of any other delay changes nothing: a timer whose
-    /// first proposal's outcome was unknown is proposed again, and both copies may
-    /// commit, the second after the lock's next delay began.
+    /// Written only by builds 9d247b7 to d1ee6f2 of main, whose delay numbers came
+    /// from a counter that two replicas restored from different snapshots could
+    /// disagree on. Applied as [`Command::LiftLockDelay`] (whichever delay runs), the
+    /// same on every replica; never proposed now.
     EndLockDelay { shard: ShardKey, name: LockName, delay: u64 },
+    /// The leader's lock-delay timer for this lock ran out: for the delay `begun`
+    /// names (the token of the hold whose end began it, or the epoch's floor token for
+    /// the delay an adoption began). A lift of any other delay changes nothing: a timer
+    /// whose first proposal's outcome was unknown is proposed again, and both copies
+    /// may commit, the second after the lock's next delay began.
+    EndLockDelayAt { shard: ShardKey, name: LockName, begun: FencingToken },
+    /// The leader's wait timer for the wait this request queued at revision `queued`
+    /// ran out. A timeout of any other wait changes nothing: a late copy must not end
+    /// the wait of a retry that queued the same request id again.
+    EndWait { session: SessionId, request_id: RequestId, queued: Revision },
 }
 
 impl Command {
+    /// The leader's lift of a lock's delay: named by how it began
+    /// ([`crate::CellState::delay_begun`]), or, for a delay without a record, the
+    /// older form that ends whichever runs.
+    pub fn lift_lock_delay(shard: ShardKey, name: LockName, begun: Option<FencingToken>) -> Command {
+        match begun {
+            Some(begun) => Command::EndLockDelayAt { shard, name, begun },
+            None => Command::LiftLockDelay { shard, name },
+        }
+    }
+
+    /// The leader's timeout of a wait: named by when it was queued
+    /// ([`crate::CellState::queued_at`]), or, for a wait without a record, the older
+    /// form that ends whichever wait the request is in.
+    pub fn time_out_wait(session: SessionId, request_id: RequestId, queued: Option<Revision>) -> Command {
+        match queued {
+            Some(queued) => Command::EndWait { session, request_id, queued },
+            None => Command::CancelWait { session, request_id },
+        }
+    }
+
     /// A short name for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -108,9 +139,9 @@ impl Command {
             Command::ClearCheckpoint { .. } => "clear_checkpoint",
             Command::Acquire { .. } => "acquire",
             Command::Release { .. } => "release",
-            Command::CancelWait { .. } => "cancel_wait",
+            Command::CancelWait { .. } | Command::EndWait { .. } => "cancel_wait",
             Command::EndHold { .. } => "end_hold",
-            Command::LiftLockDelay { .. } | Command::EndLockDelay { .. } => "lift_lock_delay",
+            Command::LiftLockDelay { .. } | Command::EndLockDelay { .. } | Command::EndLockDelayAt { .. } => "lift_lock_delay",
             Command::BreakLock { .. } => "break_lock",
             Command::ReserveTokens { .. } => "reserve_tokens",
         }

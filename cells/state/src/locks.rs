@@ -7,7 +7,7 @@ use crate::sessions::{MAX_HOLDS_AND_WAITS_PER_SESSION, MAX_OWNER_BYTES};
 /// Longest reason a break-lock may give (it is audited).
 pub const MAX_REASON_BYTES: usize = 512;
 use crate::state::{compatible, next_token, BreakRecord, CellState, Ctx, RequestRecord, Waiter, AUDIT_CAP};
-use holdfast_core::{validate_value, EndReason, Epoch, FencingToken, LockName, Mode, RequestId, SessionId, ShardKey};
+use holdfast_core::{validate_value, EndReason, Epoch, FencingToken, LockName, Mode, RequestId, Revision, SessionId, ShardKey};
 
 pub(crate) struct AcquireArgs<'a> {
     pub(crate) shard: &'a ShardKey,
@@ -100,6 +100,7 @@ impl CellState {
         sess.waits.insert((a.shard.clone(), a.name.clone(), a.request_id.clone()));
         self.requests.insert((a.session, a.request_id.clone()), RequestRecord::Waiting { shard: a.shard.clone(), name: a.name.clone() });
         self.emit(ctx, a.shard, a.name, a.session, a.request_id, EventKind::Queued { mode: a.mode }, a.value);
+        self.queued_at.insert((a.session, a.request_id.clone()), self.revision);
         Ok(Outcome::Queued { position })
     }
 
@@ -121,8 +122,14 @@ impl CellState {
         Ok(Outcome::Released { token })
     }
 
-    pub(crate) fn cancel_wait(&mut self, ctx: &mut Ctx, session: SessionId, request_id: &RequestId) -> Result<Outcome, CellError> {
-        match self.requests.get(&(session, request_id.clone())).cloned() {
+    /// A wait timed out: the one queued at revision `queued`, or (`None`, an entry of
+    /// an older leader) whichever wait the request is in. A timeout of another wait of
+    /// the same request id (one that ended before a retry queued it again) changes
+    /// nothing.
+    pub(crate) fn cancel_wait(&mut self, ctx: &mut Ctx, session: SessionId, request_id: &RequestId, queued: Option<Revision>) -> Result<Outcome, CellError> {
+        let key = (session, request_id.clone());
+        match self.requests.get(&key).cloned() {
+            Some(RequestRecord::Waiting { .. }) if queued.is_some_and(|q| self.queued_at.get(&key).is_some_and(|at| *at != q)) => Ok(Outcome::Done),
             Some(RequestRecord::Waiting { shard, name }) => {
                 self.dequeue(ctx, &shard, &name, session, request_id, DequeueReason::Timeout);
                 // The waiter may have been the one blocking those behind it.
@@ -148,15 +155,17 @@ impl CellState {
         Ok(Outcome::Done)
     }
 
-    /// Ends the lock's delay: the one numbered `delay`, or (`None`, an entry of an
-    /// older leader) whichever runs. A lift of another delay changes nothing.
-    pub(crate) fn lift_lock_delay(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, delay: Option<u64>) -> Result<Outcome, CellError> {
+    /// Ends the lock's delay: the one `begun` names (the hold whose end began it, or
+    /// its epoch's floor for an adoption's), or (`None`, an entry of an older leader)
+    /// whichever runs. A lift of another delay changes nothing. A delay this replica
+    /// has no record of (restored from an older snapshot) is ended by any lift.
+    pub(crate) fn lift_lock_delay(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, begun: Option<FencingToken>) -> Result<Outcome, CellError> {
         // A leader's volatile table gets each lift once, from the leader itself, never
-        // a late copy from the log. Its delays have numbers of its own, which the
-        // leader's timer for a delay the log began (an adoption's) does not carry.
-        let delay = delay.filter(|_| !self.volatile);
-        let running = self.lock_delay_number(key, name);
-        if running.is_some_and(|n| delay.is_none_or(|d| d == n)) {
+        // a late copy from the log, so it needs no names.
+        let begun = begun.filter(|_| !self.volatile);
+        let recorded = self.delay_begun(key, name);
+        let this_one = begun.is_none_or(|b| recorded.is_none_or(|r| r == b));
+        if self.lock_delayed(key, name) && this_one {
             if let Some(lock) = self.shards.get_mut(key).and_then(|s| s.locks.get_mut(name)) {
                 lock.delayed = false;
             }

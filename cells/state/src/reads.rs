@@ -146,16 +146,20 @@ impl CellState {
         self.shards.get(key).and_then(|s| s.locks.get(name)).is_some_and(|l| l.delayed)
     }
 
-    /// The number of the lock-delay the lock is in (0: begun before delays had
-    /// numbers), or `None` when it is in none. A lift names it
-    /// ([`crate::Command::EndLockDelay`]).
-    pub fn lock_delay_number(&self, key: &ShardKey, name: &LockName) -> Option<u64> {
-        self.lock_delayed(key, name).then(|| self.delay_number(key, name))
+    /// How the lock's running lock-delay began, as a lift names it
+    /// ([`crate::Command::EndLockDelayAt`]): the token of the hold whose end began it,
+    /// or its epoch's floor token for an adoption's. `None` when the lock is in no
+    /// delay, or in one this replica has no record of (restored from an older
+    /// snapshot; any lift ends it).
+    pub fn delay_begun(&self, key: &ShardKey, name: &LockName) -> Option<FencingToken> {
+        self.delays.get(&(key.clone(), name.clone())).copied().filter(|_| self.lock_delayed(key, name))
     }
 
-    /// The number a delayed lock's delay was given; 0 if none (an older snapshot's).
-    fn delay_number(&self, key: &ShardKey, name: &LockName) -> u64 {
-        self.delays.get(&(key.clone(), name.clone())).copied().unwrap_or(0)
+    /// The revision at which a waiting request was queued, as a timeout names it
+    /// ([`crate::Command::EndWait`]). `None` when it waits in no queue, or in one this
+    /// replica has no record of (restored from an older snapshot).
+    pub fn queued_at(&self, session: SessionId, request_id: &RequestId) -> Option<Revision> {
+        self.queued_at.get(&(session, request_id.clone())).copied()
     }
 
     /// Locks whose name starts with `prefix`, in name order, at most `limit`; the
@@ -246,10 +250,10 @@ impl CellState {
         out
     }
 
-    /// Every lock in lock-delay, with the number of its delay: for the leader's
-    /// lock-delay timers.
-    pub fn delayed_locks(&self) -> impl Iterator<Item = (&ShardKey, &LockName, u64)> + '_ {
-        self.shards.iter().flat_map(move |(key, s)| s.locks.iter().filter(|(_, l)| l.delayed).map(move |(name, _)| (key, name, self.delay_number(key, name))))
+    /// Every lock in lock-delay, with how its delay began if recorded
+    /// ([`CellState::delay_begun`]): for the leader's lock-delay timers.
+    pub fn delayed_locks(&self) -> impl Iterator<Item = (&ShardKey, &LockName, Option<FencingToken>)> + '_ {
+        self.shards.iter().flat_map(move |(key, s)| s.locks.iter().filter(|(_, l)| l.delayed).map(move |(name, _)| (key, name, self.delay_begun(key, name))))
     }
 
     /// Every queued request: for the leader's wait timers.

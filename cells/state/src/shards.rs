@@ -4,7 +4,7 @@
 
 use crate::outcome::{CellError, DequeueReason, Outcome};
 use crate::state::{CellState, Ctx, SealReport, Shard};
-use holdfast_core::{EndReason, Epoch, LockName, NamespaceConfig, Seq, ShardKey};
+use holdfast_core::{EndReason, Epoch, FencingToken, LockName, NamespaceConfig, Seq, ShardKey};
 
 impl CellState {
     pub(crate) fn apply_config(&mut self, config: &NamespaceConfig) -> Result<Outcome, CellError> {
@@ -51,7 +51,7 @@ impl CellState {
         self.delays.retain(|(k, _), _| k != key);
         self.shards.insert(key.clone(), shard);
         for name in delayed {
-            self.number_delay(key, name);
+            self.delays.insert((key.clone(), name.clone()), FencingToken::floor_of(epoch));
         }
         Ok(Outcome::Adopted { epoch })
     }

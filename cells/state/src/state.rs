@@ -51,15 +51,21 @@ pub struct CellState {
     /// grant only the sequence numbers the log reserved for them.
     #[serde(skip)]
     pub(crate) volatile: bool,
-    /// The number of the lock-delay each delayed lock is in, so that a lift ends only
-    /// the delay it was timed for ([`Command::EndLockDelay`]). Outside this struct's
-    /// serde, like `owners`: a snapshot carries it after them (format version 3); a
-    /// lock delayed in an older snapshot has no number here, which counts as 0.
+    /// How the lock-delay each delayed lock is in began: the token of the hold whose
+    /// end began it, or the floor token of the epoch whose adoption did. A lift names
+    /// it ([`Command::EndLockDelayAt`]), so a late copy of a lift cannot end the next
+    /// delay. Both are the same on every replica, whether it applied the log or
+    /// restored a snapshot. Outside this struct's serde, like `owners`: a snapshot
+    /// carries it after them (format version 4). A delayed lock missing here (from an
+    /// older snapshot) is in an unrecorded delay, which any lift ends.
     #[serde(skip)]
-    pub(crate) delays: BTreeMap<(ShardKey, LockName), u64>,
-    /// Lock-delays begun so far: the next one is numbered one more.
+    pub(crate) delays: BTreeMap<(ShardKey, LockName), FencingToken>,
+    /// The revision at which each waiting request was queued: a timeout names it
+    /// ([`Command::EndWait`]), so a late copy cannot end the wait of a retry queued
+    /// again with the same request id. Carried like `delays`; a waiter missing here
+    /// (from an older snapshot) is ended by any timeout of its request.
     #[serde(skip)]
-    pub(crate) delays_begun: u64,
+    pub(crate) queued_at: BTreeMap<(SessionId, RequestId), Revision>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,10 +189,12 @@ impl CellState {
                 self.acquire(&mut ctx, crate::locks::AcquireArgs { shard, epoch: *epoch, name, session: *session, mode: *mode, request_id, value, wait: *wait })
             }
             Command::Release { shard, name, token } => self.release(&mut ctx, shard, name, *token),
-            Command::CancelWait { session, request_id } => self.cancel_wait(&mut ctx, *session, request_id),
+            Command::CancelWait { session, request_id } => self.cancel_wait(&mut ctx, *session, request_id, None),
+            Command::EndWait { session, request_id, queued } => self.cancel_wait(&mut ctx, *session, request_id, Some(*queued)),
             Command::EndHold { shard, name, token } => self.end_hold_cmd(&mut ctx, shard, name, *token),
-            Command::LiftLockDelay { shard, name } => self.lift_lock_delay(&mut ctx, shard, name, None),
-            Command::EndLockDelay { shard, name, delay } => self.lift_lock_delay(&mut ctx, shard, name, Some(*delay)),
+            // Both older forms end whichever delay runs: see their documentation.
+            Command::LiftLockDelay { shard, name } | Command::EndLockDelay { shard, name, .. } => self.lift_lock_delay(&mut ctx, shard, name, None),
+            Command::EndLockDelayAt { shard, name, begun } => self.lift_lock_delay(&mut ctx, shard, name, Some(*begun)),
             Command::BreakLock { shard, name, by, reason } => self.break_lock(&mut ctx, shard, name, by, reason),
             Command::ReserveTokens { shard, epoch, count } => self.reserve_tokens(shard, *epoch, *count),
         };
@@ -261,19 +269,13 @@ impl CellState {
         }
         shard.ended.insert(token, (name.clone(), reason));
         if delay_begins {
-            self.number_delay(key, name);
+            self.delays.insert((key.clone(), name.clone()), token);
         }
         if let Some(sess) = self.sessions.get_mut(&hold.session) {
             sess.holds.remove(&(key.clone(), name.clone(), token));
             Self::finish_request(&mut self.requests, sess, hold.session, &hold.request_id, key, name, token, reason);
         }
         self.emit(ctx, key, name, hold.session, &hold.request_id, EventKind::Ended { token, reason }, &hold.value);
-    }
-
-    /// Gives the lock-delay of `name` that just began its number.
-    pub(crate) fn number_delay(&mut self, key: &ShardKey, name: &LockName) {
-        self.delays_begun += 1;
-        self.delays.insert((key.clone(), name.clone()), self.delays_begun);
     }
 
     /// Turns a holding request record into an ended one, pruning old ended records.
@@ -303,6 +305,7 @@ impl CellState {
         let Some(pos) = lock.waiters.iter().position(|w| w.session == session && &w.request_id == request_id) else { return };
         let waiter = lock.waiters.remove(pos).expect("position is in range");
         self.requests.remove(&(session, request_id.clone()));
+        self.queued_at.remove(&(session, request_id.clone()));
         if let Some(sess) = self.sessions.get_mut(&session) {
             sess.waits.remove(&(key.clone(), name.clone(), request_id.clone()));
         }
@@ -324,6 +327,7 @@ impl CellState {
                 break;
             }
             let waiter = self.shards.get_mut(key).and_then(|s| s.locks.get_mut(name)).and_then(|l| l.waiters.pop_front()).expect("front exists");
+            self.queued_at.remove(&(waiter.session, waiter.request_id.clone()));
             if let Some(sess) = self.sessions.get_mut(&waiter.session) {
                 sess.waits.remove(&(key.clone(), name.clone(), waiter.request_id.clone()));
             }

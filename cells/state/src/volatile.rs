@@ -68,9 +68,9 @@ impl CellState {
             planted_token_reuse: self.planted_token_reuse,
             owners: self.owners.clone(),
             volatile: true,
-            // No lock of it is delayed yet; numbers go on from the log's.
+            // No lock of it is delayed or waited on yet.
             delays: BTreeMap::new(),
-            delays_begun: self.delays_begun,
+            queued_at: BTreeMap::new(),
         }
     }
 

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use holdfast_cell_state::{Applied, CellState, Command, Entry, Event, EventKind};
-use holdfast_core::{Epoch, FencingToken, LockName, Mode, RequestId, SessionId, ShardKey};
+use holdfast_core::{Epoch, FencingToken, LockName, Mode, RequestId, Revision, SessionId, ShardKey};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,16 +30,24 @@ enum Op {
         lock: usize,
         pick: usize,
     },
+    /// A wait's timeout: `named` 0 is the older form that ends whichever wait the
+    /// request is in; 1 names the request's current wait (as the model knows it); 2
+    /// names another revision, as a late copy of an earlier timeout does.
     Cancel {
         s: u64,
         r: u8,
+        named: u8,
     },
     EndHold {
         lock: usize,
         pick: usize,
     },
+    /// A lock-delay's lift: `named` as for `Cancel`; 2 names a token picked from
+    /// those issued (mostly not how the running delay began).
     Lift {
         lock: usize,
+        named: u8,
+        pick: usize,
     },
     Break {
         lock: usize,
@@ -62,9 +70,9 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (s.clone(), 0..LOCKS.len(), any::<bool>(), 0u8..4, any::<bool>())
             .prop_map(|(s, lock, shared, r, wait)| Op::Acquire { s, lock, shared, r, wait }),
         5 => (0..LOCKS.len(), 0usize..64).prop_map(|(lock, pick)| Op::Release { lock, pick }),
-        2 => (s.clone(), 0u8..4).prop_map(|(s, r)| Op::Cancel { s, r }),
+        2 => (s.clone(), 0u8..4, 0u8..3).prop_map(|(s, r, named)| Op::Cancel { s, r, named }),
         1 => (0..LOCKS.len(), 0usize..64).prop_map(|(lock, pick)| Op::EndHold { lock, pick }),
-        2 => (0..LOCKS.len()).prop_map(|lock| Op::Lift { lock }),
+        2 => (0..LOCKS.len(), 0u8..3, 0usize..64).prop_map(|(lock, named, pick)| Op::Lift { lock, named, pick }),
         1 => (0..LOCKS.len()).prop_map(|lock| Op::Break { lock }),
         1 => (s.clone(), 0u64..3_000).prop_map(|(s, rem)| Op::Checkpoint { s, rem }),
         1 => s.prop_map(Op::Clear),
@@ -72,8 +80,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Turns an op into a command, given what has happened so far.
-fn command(op: &Op, issued: &[FencingToken], epoch: Epoch) -> Command {
+/// Turns an op into a command, given what the checker's model has seen so far.
+fn command(op: &Op, model: &Checker) -> Command {
+    let (issued, epoch) = (&model.issued, model.epoch);
     let pick = |p: usize| issued.get(p % (issued.len() + 1)).copied().unwrap_or(FencingToken(u64::MAX / 2));
     match op {
         Op::Create(s) => Command::CreateSession { shard: key(), session: SessionId(*s), ttl_ms: 3_000, label: String::new() },
@@ -90,9 +99,24 @@ fn command(op: &Op, issued: &[FencingToken], epoch: Epoch) -> Command {
             wait: *wait,
         },
         Op::Release { lock, pick: p } => Command::Release { shard: key(), name: name(LOCKS[*lock]), token: pick(*p) },
-        Op::Cancel { s, r } => Command::CancelWait { session: SessionId(*s), request_id: rid(&format!("r{r}")) },
+        Op::Cancel { s, r, named } => {
+            let (session, request_id) = (SessionId(*s), rid(&format!("r{r}")));
+            let queued = model.queued_at.get(&(session, request_id.clone())).copied();
+            match named {
+                0 => Command::CancelWait { session, request_id },
+                1 => Command::time_out_wait(session, request_id, queued),
+                _ => Command::EndWait { session, request_id, queued: Revision(queued.map_or(1, |q| q.0.saturating_sub(1))) },
+            }
+        }
         Op::EndHold { lock, pick: p } => Command::EndHold { shard: key(), name: name(LOCKS[*lock]), token: pick(*p) },
-        Op::Lift { lock } => Command::LiftLockDelay { shard: key(), name: name(LOCKS[*lock]) },
+        Op::Lift { lock, named, pick: p } => {
+            let name = name(LOCKS[*lock]);
+            match named {
+                0 => Command::LiftLockDelay { shard: key(), name },
+                1 => Command::lift_lock_delay(key(), name.clone(), model.delay_begun.get(&name).copied()),
+                _ => Command::EndLockDelayAt { shard: key(), name, begun: pick(*p) },
+            }
+        }
         Op::Break { lock } => Command::BreakLock { shard: key(), name: name(LOCKS[*lock]), by: "sre".into(), reason: "test".into() },
         Op::Checkpoint { s, rem } => Command::Checkpoint { sessions: vec![(SessionId(*s), *rem)] },
         Op::Clear(s) => Command::ClearCheckpoint { session: SessionId(*s) },
@@ -110,8 +134,11 @@ struct Checker {
     /// The FIFO queue of each lock, rebuilt from Queued/Dequeued/Acquired events.
     queues: BTreeMap<(ShardKey, LockName), Vec<(SessionId, RequestId)>>,
     epoch: Epoch,
-    /// Locks in lock-delay, from Ended events and LiftLockDelay commands.
-    delayed: BTreeSet<LockName>,
+    /// Locks in lock-delay, from Ended events and lifts, with the token of the hold
+    /// whose end began each delay (the model's own account, not the table's).
+    delay_begun: BTreeMap<LockName, FencingToken>,
+    /// The revision each waiting request was queued at, from Queued events.
+    queued_at: BTreeMap<(SessionId, RequestId), Revision>,
 }
 
 impl Checker {
@@ -120,17 +147,29 @@ impl Checker {
         let applied = state.apply(&Entry::new(at, cmd.clone()));
         // A refusal changes nothing; so does a lock command that produced no event
         // (a retried acquire, a repeated release, a late timer).
-        let lock_cmd = matches!(cmd, Command::Acquire { .. } | Command::Release { .. } | Command::CancelWait { .. } | Command::EndHold { .. });
+        let lock_cmd =
+            matches!(cmd, Command::Acquire { .. } | Command::Release { .. } | Command::CancelWait { .. } | Command::EndWait { .. } | Command::EndHold { .. });
         if applied.result.is_err() || (lock_cmd && applied.events.is_empty()) {
             prop_assert_eq!(&before, &*state, "{:?} -> {:?} changed the state without an event", cmd, applied.result);
         }
         match (&cmd, &applied.result) {
             (Command::AdoptShard { epoch, .. }, Ok(_)) => {
                 self.epoch = *epoch;
-                self.delayed.clear();
+                self.delay_begun.clear();
             }
             (Command::LiftLockDelay { name, .. }, Ok(_)) => {
-                self.delayed.remove(name);
+                self.delay_begun.remove(name);
+            }
+            // A named lift ends the delay it names and no other.
+            (Command::EndLockDelayAt { name, begun, .. }, Ok(_)) if self.delay_begun.get(name) == Some(begun) => {
+                self.delay_begun.remove(name);
+            }
+            // A named timeout ends the wait it names and no other.
+            (Command::EndWait { session, request_id, queued }, Ok(_)) => {
+                let req = (*session, request_id.clone());
+                let dequeued = applied.events.iter().any(|e| (e.session, &e.request_id) == (req.0, &req.1) && matches!(e.kind, EventKind::Dequeued { .. }));
+                let named_it = self.queued_at.get(&req) == Some(queued);
+                prop_assert_eq!(dequeued, named_it, "{:?} against the wait queued at {:?}", cmd, self.queued_at.get(&req));
             }
             _ => {}
         }
@@ -153,8 +192,12 @@ impl Checker {
         let q = self.queues.entry((ev.shard.clone(), ev.name.clone())).or_default();
         let req = (ev.session, ev.request_id.clone());
         match &ev.kind {
-            EventKind::Queued { .. } => q.push(req),
+            EventKind::Queued { .. } => {
+                self.queued_at.insert(req.clone(), ev.revision);
+                q.push(req)
+            }
             EventKind::Dequeued { .. } => {
+                self.queued_at.remove(&req);
                 let pos = q.iter().position(|r| *r == req);
                 prop_assert!(pos.is_some(), "dequeued a request that was not queued: {:?}", req);
                 q.remove(pos.unwrap());
@@ -165,11 +208,12 @@ impl Checker {
                 match q.iter().position(|r| *r == req) {
                     Some(0) => {
                         q.remove(0);
+                        self.queued_at.remove(&req);
                     }
                     Some(p) => prop_assert!(false, "granted waiter at position {} before those ahead: {:?}", p, q),
                     None => prop_assert!(q.is_empty(), "granted {:?} while {:?} were waiting", req, q),
                 }
-                prop_assert!(!self.delayed.contains(&ev.name), "granted {} during its lock-delay", ev.name);
+                prop_assert!(!self.delay_begun.contains_key(&ev.name), "granted {} during its lock-delay", ev.name);
                 // Tokens strictly increase and never repeat.
                 if let Some(last) = self.issued.last() {
                     prop_assert!(token > last, "token {} not above {}", token, last);
@@ -181,9 +225,10 @@ impl Checker {
                 // Only to a live session.
                 prop_assert!(state.session(ev.session).is_some(), "granted to dead session {}", ev.session);
             }
-            EventKind::Ended { reason, .. } => {
+            EventKind::Ended { reason, token } => {
+                // A delay already running goes on as it is, under its first name.
                 if reason.triggers_lock_delay() && *reason != holdfast_core::EndReason::Moved {
-                    self.delayed.insert(ev.name.clone());
+                    self.delay_begun.entry(ev.name.clone()).or_insert(*token);
                 }
             }
         }
@@ -212,7 +257,7 @@ fn run(ops: &[Op]) -> Result<(CellState, Checker), TestCaseError> {
     let mut cell = Cell::new(500);
     let mut checker = Checker { epoch: Epoch(1), ..Default::default() };
     for (i, op) in ops.iter().enumerate() {
-        let cmd = command(op, &checker.issued, checker.epoch);
+        let cmd = command(op, &checker);
         checker.step(&mut cell.state, 10_000 + i as u64, cmd)?;
     }
     Ok((cell.state, checker))
@@ -237,7 +282,7 @@ proptest! {
         let mut restored = CellState::restore(&live.snapshot()).expect("restore");
         prop_assert_eq!(&restored, &live);
         for (i, op) in ops[cut..].iter().enumerate() {
-            let cmd = command(op, &checker.issued, checker.epoch);
+            let cmd = command(op, &checker);
             let at = 50_000 + i as u64;
             let from_snapshot = restored.apply(&Entry::new(at, cmd.clone()));
             let continued = checker.step(&mut live, at, cmd)?;

@@ -214,27 +214,55 @@ fn lock_delay_after_expiry_until_lifted() {
 fn a_lift_that_commits_twice_does_not_end_the_next_lock_delay() {
     let mut c = Cell::new(5_000);
     let (a, b, d) = (c.session(1), c.session(2), c.session(3));
-    c.grant(a, "a", "r1");
+    let ta = c.grant(a, "a", "r1");
     c.ok(Command::ExpireSession { session: a });
-    let first = c.state.lock_delay_number(&key(), &name("a")).expect("in lock-delay");
+    let first = c.state.delay_begun(&key(), &name("a")).expect("in lock-delay");
+    assert_eq!(first, ta, "a delay is named by the hold whose end began it");
     assert_eq!(c.acquire(b, "a", Mode::Exclusive, "r1", true), Outcome::Queued { position: 0 });
-    let lift = Command::EndLockDelay { shard: key(), name: name("a"), delay: first };
+    let lift = Command::EndLockDelayAt { shard: key(), name: name("a"), begun: first };
     let applied = c.apply(lift.clone());
     assert!(matches!(applied.events[..], [ref e] if e.session == b && matches!(e.kind, EventKind::Acquired { .. })));
     c.ok(Command::ExpireSession { session: b });
-    let second = c.state.lock_delay_number(&key(), &name("a")).expect("in lock-delay again");
+    let second = c.state.delay_begun(&key(), &name("a")).expect("in lock-delay again");
     assert_ne!(first, second);
     // The first lift's second copy commits now: it changes nothing.
     let applied = c.apply(lift);
     assert!(applied.result.is_ok() && applied.events.is_empty(), "{applied:?}");
-    assert_eq!(c.state.lock_delay_number(&key(), &name("a")), Some(second));
+    assert_eq!(c.state.delay_begun(&key(), &name("a")), Some(second));
     let cmd = c.acquire_cmd(d, "a", Mode::Exclusive, "r1", false);
     assert_eq!(c.refused(cmd).code(), ErrorCode::LockHeld);
-    // The numbers survive a snapshot, and the lift of the running delay ends it.
+    // The record survives a snapshot, and the lift of the running delay ends it.
     c.state = CellState::restore(&c.state.snapshot()).unwrap();
-    c.ok(Command::EndLockDelay { shard: key(), name: name("a"), delay: second });
-    assert_eq!(c.state.lock_delay_number(&key(), &name("a")), None);
+    c.ok(Command::EndLockDelayAt { shard: key(), name: name("a"), begun: second });
+    assert!(!c.state.describe(&key(), &name("a")).unwrap().delayed);
     assert!(matches!(c.acquire(d, "a", Mode::Exclusive, "r1", false), Outcome::Granted { .. }));
+}
+
+/// The same for a wait: a timeout names the wait it was timed for. A wait that timed
+/// out leaves no record, so a retry of the same request queues again; a late copy of
+/// the first timeout must leave the retry's wait alone.
+#[test]
+fn a_timeout_that_commits_twice_does_not_end_a_retried_wait() {
+    let mut c = Cell::new(0);
+    let (a, b) = (c.session(1), c.session(2));
+    c.grant(a, "l", "r");
+    assert_eq!(c.acquire(b, "l", Mode::Exclusive, "rb", true), Outcome::Queued { position: 0 });
+    let first = c.state.queued_at(b, &rid("rb")).expect("queued");
+    let timeout = Command::EndWait { session: b, request_id: rid("rb"), queued: first };
+    assert_eq!(c.ok(timeout.clone()), Outcome::WaitCancelled);
+    assert_eq!(c.state.queued_at(b, &rid("rb")), None);
+    // The retry, with the same request id, queues again.
+    assert_eq!(c.acquire(b, "l", Mode::Exclusive, "rb", true), Outcome::Queued { position: 0 });
+    let second = c.state.queued_at(b, &rid("rb")).expect("queued again");
+    assert_ne!(first, second);
+    // The first timeout's second copy commits now: it changes nothing.
+    let applied = c.apply(timeout);
+    assert!(applied.result.is_ok() && applied.events.is_empty(), "{applied:?}");
+    assert_eq!(c.state.describe(&key(), &name("l")).unwrap().waiters.len(), 1, "the retry is still queued");
+    // The record survives a snapshot, and the timeout of the running wait ends it.
+    c.state = CellState::restore(&c.state.snapshot()).unwrap();
+    assert_eq!(c.ok(Command::EndWait { session: b, request_id: rid("rb"), queued: second }), Outcome::WaitCancelled);
+    assert!(c.state.describe(&key(), &name("l")).unwrap().waiters.is_empty());
 }
 
 #[test]
@@ -516,6 +544,28 @@ fn a_version_1_snapshot_still_loads_with_no_owners() {
     c.grant(s, "a", "r1");
     let v1 = holdfast_core::codec::encode_versioned(b"HFCS", 1, &c.state);
     assert_eq!(CellState::restore(&v1).unwrap(), c.state);
+}
+
+/// Version 3 numbered delays from a counter that replicas restored from different
+/// snapshots could disagree on: its numbers are dropped, so every replica treats
+/// those delays alike (unrecorded: any lift ends them).
+#[test]
+fn a_version_3_snapshot_loads_with_its_delays_unrecorded() {
+    let mut c = Cell::new(5_000);
+    let (a, b) = (c.session(1), c.session(2));
+    c.grant(a, "a", "r1");
+    c.ok(Command::ExpireSession { session: a });
+    c.acquire(b, "a", Mode::Exclusive, "r2", true);
+    let counters: (std::collections::BTreeMap<(ShardKey, holdfast_core::LockName), u64>, u64) = ([((key(), name("a")), 7)].into(), 7);
+    let owners = std::collections::BTreeMap::<SessionId, String>::new();
+    let v3 = holdfast_core::codec::encode_versioned(b"HFCS", 3, &(&c.state, &owners, counters));
+    let mut restored = CellState::restore(&v3).unwrap();
+    assert!(restored.describe(&key(), &name("a")).unwrap().delayed);
+    assert_eq!(restored.delay_begun(&key(), &name("a")), None, "the counter's number is not a record");
+    assert_eq!(restored.queued_at(b, &rid("r2")), None);
+    let lift = Command::EndLockDelayAt { shard: key(), name: name("a"), begun: FencingToken(7) };
+    let applied = restored.apply(&Entry::new(0, lift));
+    assert!(matches!(applied.events[..], [ref e] if e.session == b && matches!(e.kind, EventKind::Acquired { .. })), "{applied:?}");
 }
 
 #[test]

@@ -97,7 +97,7 @@ fn a_volatile_table_grants_only_reserved_tokens_and_a_later_leader_grants_larger
 /// sends the lift to its volatile table, which numbers its own delays: the table
 /// lifts it all the same (it never gets a late copy of a lift: no log brings one).
 #[test]
-fn a_volatile_table_lifts_an_adopted_lock_delay_by_the_number_the_log_gave_it() {
+fn a_volatile_table_lifts_an_adopted_lock_delay_by_the_name_the_log_gave_it() {
     let mut config = NamespaceConfig::with_defaults(ns(), "team-cache", Intent::Efficiency);
     config.version = 1;
     config.lock_delay_ms = 1_000;
@@ -105,22 +105,23 @@ fn a_volatile_table_lifts_an_adopted_lock_delay_by_the_number_the_log_gave_it() 
     let s = c.session(1);
     let mut v = c.state.volatile();
     reserve(&mut c, &mut v, 1);
-    // A delay of the volatile table's own, which the log never sees: from here on the
-    // two tables number their delays apart.
+    // A delay of the volatile table's own, which the log never sees.
     assert!(matches!(acquire(&mut v, s, "r"), Ok(Outcome::Granted { .. })));
     let expire = Command::ExpireSession { session: s };
     c.ok(expire.clone());
     assert!(apply(&mut v, expire).result.is_ok());
-    assert!(v.lock_delay_number(&key(), &name("l")).is_some());
+    let own = v.delay_begun(&key(), &name("l")).expect("delayed in memory");
     // The shard's epoch moves on with `l` delayed (an adoption, mirrored into both).
     let adopt = Command::AdoptShard { shard: key(), epoch: Epoch(2), delayed_locks: vec![name("l")] };
     c.ok(adopt.clone());
     assert!(apply(&mut v, adopt).result.is_ok());
-    let logged = c.state.lock_delay_number(&key(), &name("l")).expect("delayed in the log");
-    assert_ne!(v.lock_delay_number(&key(), &name("l")), Some(logged), "the tables number apart");
-    let lift = Command::EndLockDelay { shard: key(), name: name("l"), delay: logged };
+    assert!(c.state.delay_begun(&key(), &name("l")).is_some(), "delayed in the log");
+    // A lift named for another delay (here the table's own earlier one): the volatile
+    // table, which never gets a late copy, ends its delay all the same.
+    let lift = Command::EndLockDelayAt { shard: key(), name: name("l"), begun: own };
     assert!(apply(&mut v, lift).result.is_ok());
-    assert_eq!(v.lock_delay_number(&key(), &name("l")), None, "the volatile table kept the delay");
+    assert_eq!(v.delay_begun(&key(), &name("l")), None, "the volatile table kept the delay");
+    assert!(!v.lock_delayed(&key(), &name("l")));
 }
 
 #[test]
