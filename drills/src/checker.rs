@@ -65,6 +65,13 @@
 //!     barging (docs/semantics.md). Per epoch, as one cell serves a shard at an epoch;
 //!     a waiter carried over its shard's epoch bump in one cell (after 2^40 − 2^30
 //!     grants of the shard) is not modelled.
+//! 12. [`ViolationKind::WaiterOutstayed`]: the simulation only, and a bound on
+//!     liveness rather than safety: a waiter that stayed in its queue (from the
+//!     replicas' stamps, as in 11) longer than the run's bound (`WaitsBounded`)
+//!     without a cell's leader rebuilding its timers meanwhile
+//!     (`CellTimersRestarted`, from any cell): a wait the leader never times out,
+//!     which holds the lock's queue up for as long as its session lives. Until the
+//!     history's end for a waiter still queued there.
 
 use crate::history::{Event, EventKind, History, LockKey, OpId, SessionRef};
 use holdfast_core::{CellId, EndReason, Epoch, FencingToken, NamespaceName, SessionId, ShardName};
@@ -87,6 +94,7 @@ pub enum ViolationKind {
     GrantDuringLockDelay,
     GrantToEndedSession,
     GrantOutOfQueueOrder,
+    WaiterOutstayed,
 }
 
 impl fmt::Display for ViolationKind {
@@ -103,6 +111,7 @@ impl fmt::Display for ViolationKind {
             ViolationKind::GrantDuringLockDelay => "a grant during the lock-delay",
             ViolationKind::GrantToEndedSession => "a grant to a session that had ended",
             ViolationKind::GrantOutOfQueueOrder => "a grant out of queue order",
+            ViolationKind::WaiterOutstayed => "a waiter queued longer than its bound",
         })
     }
 }
@@ -174,7 +183,9 @@ pub fn check(history: &History) -> CheckReport {
     releases_asked(history, &at, &mut report.violations);
     lock_delay_kept(history, &at, &mut report.violations);
     grants_to_ended_sessions(history, &at, &mut report.violations);
-    grants_in_queue_order(history, &at, &mut report.violations);
+    let queues = queue_logs(history);
+    grants_in_queue_order(&queues, &at, &mut report.violations);
+    waiters_leave(history, &queues, &at, &mut report.violations);
     report
 }
 
@@ -617,12 +628,12 @@ enum QueueChange {
     Began(FencingToken),
 }
 
-/// Check 11: the cell's grants of each lock go to the front of its queue.
-fn grants_in_queue_order(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
-    // Per lock and epoch, each change once (every replica stamps it; the first line
-    // stands for it), in the log's order: the cell's revision.
-    type Log = BTreeMap<u64, (QueueChange, SessionId, usize)>;
-    let mut logs: BTreeMap<(&LockKey, Epoch), Log> = BTreeMap::new();
+/// Per lock and epoch, each change of the queue once (every replica stamps it; the
+/// first line stands for it), in the log's order: the cell's revision.
+type QueueLogs<'h> = BTreeMap<(&'h LockKey, Epoch), BTreeMap<u64, (QueueChange, SessionId, usize)>>;
+
+fn queue_logs(history: &History) -> QueueLogs<'_> {
+    let mut logs: QueueLogs<'_> = BTreeMap::new();
     for (i, e) in history.events.iter().enumerate() {
         let (lock, epoch, revision, change, session) = match &e.kind {
             EventKind::CellWaiterQueued { lock, epoch, session, revision } => (lock, *epoch, *revision, QueueChange::Queued, session),
@@ -635,9 +646,14 @@ fn grants_in_queue_order(history: &History, at: &dyn Fn(usize) -> EventRef, out:
         };
         logs.entry((lock, epoch)).or_default().entry(revision).or_insert((change, *session, i));
     }
-    for ((lock, epoch), log) in logs {
+    logs
+}
+
+/// Check 11: the cell's grants of each lock go to the front of its queue.
+fn grants_in_queue_order(logs: &QueueLogs<'_>, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    for (&(lock, epoch), log) in logs {
         let mut queue: Vec<(SessionId, usize)> = Vec::new();
-        for (change, session, i) in log.into_values() {
+        for &(change, session, i) in log.values() {
             match change {
                 QueueChange::Queued => queue.push((session, i)),
                 QueueChange::Left => queue.retain(|(s, _)| *s != session),
@@ -651,6 +667,56 @@ fn grants_in_queue_order(history: &History, at: &dyn Fn(usize) -> EventRef, out:
                     }
                     queue.retain(|(s, _)| *s != session);
                 }
+            }
+        }
+    }
+}
+
+/// Check 12: every waiter leaves its queue (granted, timed out, or its session ended)
+/// within the run's bound of its queueing or of the latest rebuild of a leader's
+/// timers, whichever is later.
+fn waiters_leave(history: &History, logs: &QueueLogs<'_>, at: &dyn Fn(usize) -> EventRef, out: &mut Vec<Violation>) {
+    let Some(bound) = history.events.iter().find_map(|e| match e.kind {
+        EventKind::WaitsBounded { ms } => Some(ms),
+        _ => None,
+    }) else {
+        return;
+    };
+    let restarts: Vec<u64> = history.events.iter().filter(|e| matches!(e.kind, EventKind::CellTimersRestarted)).map(|e| e.t_ms).collect();
+    let end = history.events.last().map_or(0, |e| e.t_ms);
+    for (&(lock, epoch), log) in logs {
+        // Each waiter: the line that queued it, and the one that took it out (if any).
+        let mut waiting: Vec<(SessionId, usize)> = Vec::new();
+        let mut stays: Vec<(SessionId, usize, Option<usize>)> = Vec::new();
+        for &(change, session, i) in log.values() {
+            match change {
+                QueueChange::Queued => waiting.push((session, i)),
+                QueueChange::Left | QueueChange::Began(_) => {
+                    if let Some(pos) = waiting.iter().position(|(s, _)| *s == session) {
+                        let (_, q) = waiting.remove(pos);
+                        stays.push((session, q, Some(i)));
+                    }
+                }
+            }
+        }
+        stays.extend(waiting.into_iter().map(|(s, q)| (s, q, None)));
+        for (session, q, left) in stays {
+            let from = history.events[q].t_ms;
+            let until = left.map_or(end, |l| history.events[l].t_ms);
+            // The longest stretch of the stay with no rebuild of the timers in it.
+            let mut points: Vec<u64> = restarts.iter().copied().filter(|&t| t > from && t < until).collect();
+            points.insert(0, from);
+            points.push(until);
+            let longest = points.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            if longest > bound {
+                let how = if left.is_some() { "before it left" } else { "and was still queued when the run ended" };
+                out.push(Violation {
+                    kind: ViolationKind::WaiterOutstayed,
+                    summary: format!(
+                        "session {session} waited for {lock} at epoch {epoch} for {longest} ms with no rebuild of a leader's timers {how}; the bound is {bound} ms"
+                    ),
+                    events: std::iter::once(q).chain(left).map(at).collect(),
+                });
             }
         }
     }

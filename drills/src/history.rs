@@ -268,6 +268,17 @@ pub enum EventKind {
         ns: NamespaceName,
         ms: u64,
     },
+    /// The simulation only: a cell's leader built its lease clock (a new leader, or a
+    /// snapshot replaced its state), on the shared clock. Every wait timer restarts
+    /// from here.
+    CellTimersRestarted,
+    /// The longest a waiter may stay queued, as the run configured its workload: the
+    /// longer of the session TTL and the Acquire's wait, plus slack for the timeout
+    /// to commit under the run's faults; counted from its queueing or the latest
+    /// [`EventKind::CellTimersRestarted`], whichever is later.
+    WaitsBounded {
+        ms: u64,
+    },
     /// The simulation only: the registry committed the shard's transfer to `cell` at
     /// `epoch`, recorded at that moment on the same shared clock.
     ShardTransferred {

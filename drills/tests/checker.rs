@@ -446,6 +446,56 @@ fn a_grant_out_of_queue_order_is_found() {
     only(&check(&r.h), ViolationKind::GrantOutOfQueueOrder);
 }
 
+/// A bound on liveness, from the same stamps: a waiter leaves its queue within the
+/// run's bound of its queueing or of the latest rebuild of a leader's timers.
+#[test]
+fn a_waiter_that_outstays_its_bound_is_found() {
+    let l = lock("settle-12");
+    let queued = |s, revision| EventKind::CellWaiterQueued { lock: l.clone(), epoch: Epoch(1), session: SessionId(s), revision };
+    let left = |s, revision| EventKind::CellWaiterLeft { lock: l.clone(), epoch: Epoch(1), session: SessionId(s), revision };
+    let began = |token, s, revision| EventKind::CellHoldBegan { lock: l.clone(), token, session: SessionId(s), revision };
+    let mut r = clean();
+    r.ev(EventKind::WaitsBounded { ms: 100 });
+    r.ev(began(tok(1, 1), 1, 10));
+    // Session 2 waits 180 ms, but a new leader rebuilt the timers halfway.
+    r.ev(queued(2, 11));
+    r.t += 80;
+    r.ev(EventKind::CellTimersRestarted);
+    r.t += 80;
+    r.ev(began(tok(1, 2), 2, 12));
+    // Session 3 leaves at 100 ms, just within the bound; a slow replica's line of its
+    // queueing, much later, does not move it.
+    r.ev(queued(3, 13));
+    r.t += 90;
+    r.ev(left(3, 14));
+    r.ev(queued(3, 13));
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+    let within = r.h.clone();
+
+    // Session 4 waits 160 ms with no rebuild.
+    r.ev(queued(4, 15));
+    r.t += 150;
+    r.ev(left(4, 16));
+    let report = check(&r.h);
+    only(&report, ViolationKind::WaiterOutstayed);
+    assert!(report.violations[0].summary.contains("160 ms"), "{}", report.violations[0].summary);
+
+    // Session 5 is still queued when the run ends, 200 ms on.
+    let mut r = Rec { h: within.clone(), ..Rec::default() };
+    r.t = r.h.end_ms();
+    r.ev(queued(5, 15));
+    r.t += 190;
+    r.ev(EventKind::SessionCloseInvoked { session: session(1) });
+    let report = check(&r.h);
+    only(&report, ViolationKind::WaiterOutstayed);
+    assert!(report.violations[0].summary.contains("still queued"), "{}", report.violations[0].summary);
+
+    // Without a bound in the history (a drill's, or an older run's) nothing is checked.
+    let mut unbounded = r.h.clone();
+    unbounded.events.retain(|e| !matches!(e.kind, EventKind::WaitsBounded { .. }));
+    assert!(check(&unbounded).is_clean());
+}
+
 #[test]
 fn violations_that_need_an_unknown_op_to_be_absent_are_not_reported() {
     let l = lock("batch-9921");

@@ -41,6 +41,9 @@ fn install_clock(cell: &Cell, checkpoint_interval: Duration) {
         let mut clock = cell.hooks.clock.lock().expect("clock lock");
         let arrivals = cell.hooks.arrivals.lock().expect("arrivals lock");
         *clock = Some(LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval, &arrivals));
+        // Every timer restarts here: the simulation's bound on a waiter's stay counts
+        // from this moment (drills/sim/src/stamps.rs).
+        tracing::debug!(node_id = cell.group.node_id(), "timers restarted");
     });
 }
 

@@ -356,6 +356,7 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         let lock_delay_ms = (dice.range(0, 2) == 0).then_some(0);
         let ns = workload::namespace_name()?;
         log.record_at(0, EventKind::LockDelaySet { ms: lock_delay_ms.unwrap_or_else(|| workload::default_lock_delay_ms(ns.clone())), ns });
+        log.record_at(0, EventKind::WaitsBounded { ms: opts.workload.wait_bound().as_millis() as u64 });
         let moves = (!layout.registry.is_empty()).then(|| Dice::new(dice.next()));
         sim.client("admin", async move {
             match moves {

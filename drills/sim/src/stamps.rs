@@ -2,8 +2,8 @@
 //! answering an Acquire with a grant (`CellGranted`), a cell's replica applying a grant
 //! (`CellHoldBegan`), the end of a hold (`CellHoldEnded`) or of a session
 //! (`CellSessionEnded`), a waiter queued or leaving the queue (`CellWaiterQueued`,
-//! `CellWaiterLeft`), and the registry committing a shard's transfer
-//! (`ShardTransferred`). Every simulated host shares one clock, so
+//! `CellWaiterLeft`), a cell's leader building its timers (`CellTimersRestarted`),
+//! and the registry committing a shard's transfer (`ShardTransferred`). Every simulated host shares one clock, so
 //! the checker can hold the one against the other however late a worker heard of
 //! either (a held or slowed link delivers seconds late). They are read off the
 //! servers' tracing events, the only window into a server the simulation needs; the
@@ -32,6 +32,9 @@ const HOLD_BEGAN: &str = "hold began";
 const SESSION_ENDED: &str = "session ended";
 const QUEUED: &str = "waiter queued";
 const LEFT: &str = "waiter left";
+/// The leader duties log each build of the lease clock (`debug`).
+const LEADER_TARGET: &str = "holdfast_cell::leader";
+const TIMERS: &str = "timers restarted";
 const REGISTRY_TARGET: &str = "holdfast_registry";
 const TRANSFERRED: &str = "shard transferred";
 
@@ -41,7 +44,11 @@ pub(crate) struct Stamps(pub(crate) Log);
 impl Stamps {
     /// Only the events it reads reach it.
     pub(crate) fn filter() -> Targets {
-        Targets::new().with_target(CELL_TARGET, Level::DEBUG).with_target(MACHINE_TARGET, Level::DEBUG).with_target(REGISTRY_TARGET, Level::INFO)
+        Targets::new()
+            .with_target(CELL_TARGET, Level::DEBUG)
+            .with_target(MACHINE_TARGET, Level::DEBUG)
+            .with_target(LEADER_TARGET, Level::DEBUG)
+            .with_target(REGISTRY_TARGET, Level::INFO)
     }
 }
 
@@ -124,6 +131,9 @@ impl Fields {
                 EventKind::CellWaiterLeft { lock, epoch, session, revision }
             });
         }
+        if target == LEADER_TARGET && self.message == TIMERS {
+            return Some(EventKind::CellTimersRestarted);
+        }
         if target == MACHINE_TARGET && self.message == SESSION_ENDED {
             return Some(EventKind::CellSessionEnded { session: SessionId(self.session?) });
         }
@@ -143,7 +153,7 @@ impl<S: Subscriber> Layer<S> for Stamps {
             Some(kind) => self.0.record(kind),
             // One of these events, but not as this layer reads it: a renamed field
             // would turn the check off, so the run says so loudly.
-            None if [GRANTED, HOLD_ENDED, HOLD_BEGAN, SESSION_ENDED, QUEUED, LEFT, TRANSFERRED].contains(&fields.message.as_str()) => {
+            None if [GRANTED, HOLD_ENDED, HOLD_BEGAN, SESSION_ENDED, QUEUED, LEFT, TIMERS, TRANSFERRED].contains(&fields.message.as_str()) => {
                 panic!("the simulation cannot read the servers' {:?} event (fields changed?): see drills/sim/src/stamps.rs", fields.message)
             }
             None => {}

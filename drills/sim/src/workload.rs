@@ -2,8 +2,8 @@
 //! fencing helper) and the fault schedule, both drawn from the seed.
 
 use crate::{fault, Dice, Layout, Log, CLIENT_PORT};
-use holdfast_client::{AcquireOptions, Client, ClientConfig, SessionOptions};
-use holdfast_core::{CellId, FencingToken, LockName, NamespaceName, RegionId};
+use holdfast_client::{AcquireOptions, Client, ClientConfig, Session, SessionOptions};
+use holdfast_core::{CellId, ErrorCode, FencingToken, LockName, NamespaceName, RegionId};
 use holdfast_drills::history::{EventKind, FaultKind, LockKey, SessionRef};
 use holdfast_drills::observe::Owners;
 use holdfast_fence::{FencedStore, LockId, MemoryFence};
@@ -22,16 +22,36 @@ pub(crate) const REGION: &str = "sim";
 pub(crate) const NS: &str = "sim";
 pub(crate) const SHARD: &str = "default";
 const LOCK: &str = "ledger";
+/// How long each Acquire waits in the queue.
+pub(crate) const WAIT: Duration = Duration::from_secs(5);
+/// The most acquires one session of a worker makes.
+const SESSION_ACQUIRES: u64 = 3;
 
 /// What the workers do.
 #[derive(Debug, Clone)]
 pub struct Workload {
     /// Workers, each an SDK client of its own.
     pub workers: u64,
-    /// Sessions each worker opens, one after the other; each takes the lock once.
+    /// Acquires each worker makes, one after the other, in sessions of one to
+    /// [`SESSION_ACQUIRES`] acquires each (drawn from the seed).
     pub rounds: u64,
     /// Session TTL.
     pub ttl: Duration,
+}
+
+/// Beyond a wait's own length, the most a correct cell takes to end it: a timeout is
+/// proposed at its deadline and again every 500 ms until it commits, and may wait out
+/// one fault (the longest: a cell cut off from the registry for up to 8 s, its timers
+/// held while its ownership lease is not).
+const WAIT_SLACK: Duration = Duration::from_secs(12);
+
+impl Workload {
+    /// The longest a waiter may stay queued under one leader's timers (the checker's
+    /// `waiter_outstayed`): until its call's wait runs out, or, for a waiter no call
+    /// tracks, its session's TTL, plus the slack.
+    pub(crate) fn wait_bound(&self) -> Duration {
+        self.ttl.max(WAIT) + WAIT_SLACK
+    }
 }
 
 impl Default for Workload {
@@ -160,20 +180,28 @@ impl Workload {
         held: &Holding,
     ) -> Result<(), String> {
         let names = Names::new()?;
+        // The session in use, with how many more acquires it is for.
+        let mut current: Option<(Session, SessionRef, u64)> = None;
         for round in 0..self.rounds {
-            let session = match client.create_session(SessionOptions::new(NS, SHARD, self.ttl).label(format!("worker-{w}"))).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!(w, round, error = %e, "no session");
-                    tokio::time::sleep(Duration::from_millis(dice.range(50, 500))).await;
-                    continue;
+            if current.is_none() {
+                match client.create_session(SessionOptions::new(NS, SHARD, self.ttl).label(format!("worker-{w}"))).await {
+                    Ok(session) => {
+                        // The session's cell: the shard's owner at the session's epoch.
+                        let sref = SessionRef { cell: names.cell(owners, session.epoch().0).0, id: session.id() };
+                        current = Some((session, sref, dice.range(1, SESSION_ACQUIRES + 1)));
+                    }
+                    Err(e) => {
+                        tracing::debug!(w, round, error = %e, "no session");
+                        tokio::time::sleep(Duration::from_millis(dice.range(50, 500))).await;
+                        continue;
+                    }
                 }
-            };
-            // The session's cell: the shard's owner at the session's epoch.
-            let sref = SessionRef { cell: names.cell(owners, session.epoch().0).0, id: session.id() };
+            }
+            let (session, sref, left) = current.as_mut().expect("a session, made above");
             let op = log.next_op();
             log.record(EventKind::GrantInvoked { op, lock: names.lock.clone(), session: sref.clone() });
-            match session.acquire(LOCK, AcquireOptions::new().wait(Duration::from_secs(5))).await {
+            let mut lost = false;
+            match session.acquire(LOCK, AcquireOptions::new().wait(WAIT)).await {
                 Ok(lock) => {
                     let token = lock.token();
                     grants.fetch_add(1, Ordering::Relaxed);
@@ -195,20 +223,35 @@ impl Workload {
                     }
                 }
                 // Whether a failed acquire was granted is unknown to the caller (a
-                // grant whose answer was lost): the checker treats it so.
+                // grant whose answer was lost): the checker treats it so. The session
+                // goes on to its next acquire unless it is lost: a call that went away
+                // must not leave its waiter queued while the session lives.
                 Err(e) => {
                     tracing::debug!(w, error = %e, "acquire failed");
                     log.record(EventKind::GrantUnknown { op });
+                    lost = matches!(e, holdfast_client::Error::SessionLost { .. })
+                        || matches!(e.code(), Some(ErrorCode::SessionExpired | ErrorCode::UnknownSession));
                 }
             }
-            // Closing releases whatever the session still holds (a grant whose answer
-            // was lost, too): the checker's release check needs the line.
-            log.record(EventKind::SessionCloseInvoked { session: sref });
-            let _ = session.close().await;
+            *left -= 1;
+            if *left == 0 || lost {
+                let (session, sref, _) = current.take().expect("in use");
+                close(log, session, sref).await;
+            }
             tokio::time::sleep(Duration::from_millis(dice.range(0, 200))).await;
+        }
+        if let Some((session, sref, _)) = current.take() {
+            close(log, session, sref).await;
         }
         Ok(())
     }
+}
+
+/// Closing releases whatever the session still holds (a grant whose answer was lost,
+/// too): the checker's release check needs the line.
+async fn close(log: &Log, session: Session, sref: SessionRef) {
+    log.record(EventKind::SessionCloseInvoked { session: sref });
+    let _ = session.close().await;
 }
 
 fn write(log: &Log, resource: &MemoryFence, names: &Names, token: FencingToken) {

@@ -36,6 +36,9 @@ fn fixed_seeds_run_clean() {
         let queued = stamped(|k| matches!(k, EventKind::CellWaiterQueued { .. }));
         let ordered = stamped(|k| matches!(k, EventKind::CellHoldBegan { revision: 1.., .. }));
         assert!(queued > 0 && ordered == began, "seed {seed}: {queued} waiters queued, {ordered} of {began} applied grants with a revision");
+        // The waiters' bound counts from these (at least the first leader's).
+        let (restarts, bounds) = (stamped(|k| matches!(k, EventKind::CellTimersRestarted)), stamped(|k| matches!(k, EventKind::WaitsBounded { .. })));
+        assert!(restarts > 0 && bounds == 1, "seed {seed}: {restarts} rebuilds of a leader's timers, {bounds} bound lines");
         waiters_left += stamped(|k| matches!(k, EventKind::CellWaiterLeft { .. }));
         disks_slowed += stamped(|k| matches!(k, EventKind::FaultInjected { kind: FaultKind::SlowDisk, .. }));
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed}", o.report.violations);
