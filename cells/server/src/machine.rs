@@ -243,15 +243,21 @@ impl CellMachine {
 /// events: the simulation reads them (drills/sim/src/stamps.rs) and its checker holds
 /// them against each other and against the workers' calls (docs/simulation.md). The
 /// revision orders them as the log did, whichever replica's line comes first; the
-/// epoch is the one this replica serves the shard at.
-fn stamp(state: &CellState, events: &[Event]) {
+/// epoch is the one the shard was at when its queue changed. `sealed` is the shard an
+/// adoption sealed first, with the epoch it left: its waiters left at that epoch,
+/// not at the one the state now shows.
+fn stamp(state: &CellState, sealed: Option<&(ShardKey, u32)>, events: &[Event]) {
     for ev in events {
         let (shard, lock, session, revision) = (&ev.shard, &ev.name, ev.session.0, ev.revision.0);
+        let epoch = || match sealed {
+            Some((key, epoch)) if key == shard => *epoch,
+            _ => epoch_of(state, shard),
+        };
         match ev.kind {
             EventKind::Acquired { token, .. } => tracing::debug!(%shard, %lock, token = token.0, session, revision, "hold began"),
             EventKind::Ended { token, reason } => tracing::debug!(%shard, %lock, token = token.0, session, %reason, "hold ended"),
-            EventKind::Queued { .. } => tracing::debug!(%shard, %lock, session, revision, epoch = epoch_of(state, shard), "waiter queued"),
-            EventKind::Dequeued { .. } => tracing::debug!(%shard, %lock, session, revision, epoch = epoch_of(state, shard), "waiter left"),
+            EventKind::Queued { .. } => tracing::debug!(%shard, %lock, session, revision, epoch = epoch(), "waiter queued"),
+            EventKind::Dequeued { .. } => tracing::debug!(%shard, %lock, session, revision, epoch = epoch(), "waiter left"),
         }
     }
 }
@@ -264,12 +270,17 @@ fn epoch_of(state: &CellState, shard: &ShardKey) -> u32 {
 impl ReplicatedState for CellMachine {
     fn apply(&mut self, log_index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
         let entry = Entry::decode(payload).map_err(|e| holdfast_raft::undecodable("cell", log_index, &e))?;
+        // An adoption at a new epoch seals the old one first, in the same apply.
+        let sealed = match &entry.cmd {
+            Command::AdoptShard { shard, .. } => self.state.shard_epoch(shard).map(|e| (shard.clone(), e.0)),
+            _ => None,
+        };
         let applied = self.state.apply(&entry);
         if let (Command::CloseSession { session } | Command::ExpireSession { session }, Ok(_)) = (&entry.cmd, &applied.result) {
             // The moment a replica applied a session's end (drills/sim/src/stamps.rs).
             tracing::debug!(session = session.0, "session ended");
         }
-        stamp(&self.state, &applied.events);
+        stamp(&self.state, sealed.as_ref(), &applied.events);
         let now = Instant::now();
         let mut clock = self.hooks.clock.lock().expect("clock lock");
         if let Some(clock) = clock.as_mut() {
