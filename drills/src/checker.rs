@@ -69,11 +69,12 @@
 //!     liveness rather than safety: a waiter that stayed in its queue (from the
 //!     replicas' stamps, as in 11) longer than the run's bound (`WaitsBounded`)
 //!     without a cell's leader rebuilding its timers meanwhile
-//!     (`CellTimersRestarted`, from any cell): a wait the leader never times out,
-//!     which holds the lock's queue up for as long as its session lives. Until the
-//!     history's end for a waiter still queued there.
+//!     (`CellTimersRestarted`, from any cell) or the heal of a cut between a cell and
+//!     the registry (whose timers wait, by design, for the ownership lease): a wait
+//!     the leader never times out, which holds the lock's queue up for as long as its
+//!     session lives. Until the history's end for a waiter still queued there.
 
-use crate::history::{Event, EventKind, History, LockKey, OpId, SessionRef};
+use crate::history::{Event, EventKind, FaultKind, History, LockKey, OpId, SessionRef};
 use holdfast_core::{CellId, EndReason, Epoch, FencingToken, NamespaceName, SessionId, ShardName};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -682,7 +683,25 @@ fn waiters_leave(history: &History, logs: &QueueLogs<'_>, at: &dyn Fn(usize) -> 
     }) else {
         return;
     };
-    let restarts: Vec<u64> = history.events.iter().filter(|e| matches!(e.kind, EventKind::CellTimersRestarted)).map(|e| e.t_ms).collect();
+    // A leader's timers restart at each rebuild. A cell cut off from the registry
+    // holds them by design while its ownership lease is out (a timeout may grant the
+    // next waiter), so the heal of such a cut counts as a restart too.
+    let mut restarts = Vec::new();
+    let mut faults: HashMap<&str, FaultKind> = HashMap::new();
+    for e in &history.events {
+        match &e.kind {
+            EventKind::CellTimersRestarted => restarts.push(e.t_ms),
+            EventKind::FaultInjected { kind: FaultKind::Heal, target } => {
+                if matches!(faults.remove(target.as_str()), Some(FaultKind::CutFromRegistry | FaultKind::StaleRoute)) {
+                    restarts.push(e.t_ms);
+                }
+            }
+            EventKind::FaultInjected { kind, target } => {
+                faults.insert(target, *kind);
+            }
+            _ => {}
+        }
+    }
     let end = history.events.last().map_or(0, |e| e.t_ms);
     for (&(lock, epoch), log) in logs {
         // Each waiter: the line that queued it, and the one that took it out (if any).
@@ -713,7 +732,7 @@ fn waiters_leave(history: &History, logs: &QueueLogs<'_>, at: &dyn Fn(usize) -> 
                 out.push(Violation {
                     kind: ViolationKind::WaiterOutstayed,
                     summary: format!(
-                        "session {session} waited for {lock} at epoch {epoch} for {longest} ms with no rebuild of a leader's timers {how}; the bound is {bound} ms"
+                        "session {session} waited for {lock} at epoch {epoch} for {longest} ms with no rebuild of a leader's timers (nor a registry cut healed) {how}; the bound is {bound} ms"
                     ),
                     events: std::iter::once(q).chain(left).map(at).collect(),
                 });

@@ -4,7 +4,7 @@
 
 use holdfast_core::{CellId, EndReason, Epoch, FencingToken, LockName, NamespaceName, RegionId, Seq, SessionId, ShardName};
 use holdfast_drills::checker::{check, CheckReport, ViolationKind};
-use holdfast_drills::history::{EventKind, History, LockKey, OpId, SessionRef};
+use holdfast_drills::history::{EventKind, FaultKind, History, LockKey, OpId, SessionRef};
 use proptest::prelude::*;
 
 fn lock(name: &str) -> LockKey {
@@ -470,12 +470,31 @@ fn a_waiter_that_outstays_its_bound_is_found() {
     r.ev(left(3, 14));
     r.ev(queued(3, 13));
     assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+
+    // A cell cut off from the registry holds its timers until the cut heals: a heal
+    // counts as a rebuild. Session 6 waits 160 ms with such a heal halfway; the heal
+    // of another fault (a partition) would not excuse it.
+    let cut = |kind| EventKind::FaultInjected { kind, target: "us-east-1".into() };
+    r.ev(cut(FaultKind::CutFromRegistry));
+    r.ev(queued(6, 15));
+    r.t += 70;
+    r.ev(cut(FaultKind::Heal));
+    r.t += 70;
+    r.ev(left(6, 16));
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
     let within = r.h.clone();
+    let mut partitioned = r.h.clone();
+    for e in &mut partitioned.events {
+        if e.kind == cut(FaultKind::CutFromRegistry) {
+            e.kind = cut(FaultKind::PartitionRegion);
+        }
+    }
+    only(&check(&partitioned), ViolationKind::WaiterOutstayed);
 
     // Session 4 waits 160 ms with no rebuild.
-    r.ev(queued(4, 15));
+    r.ev(queued(4, 17));
     r.t += 150;
-    r.ev(left(4, 16));
+    r.ev(left(4, 18));
     let report = check(&r.h);
     only(&report, ViolationKind::WaiterOutstayed);
     assert!(report.violations[0].summary.contains("160 ms"), "{}", report.violations[0].summary);
@@ -483,7 +502,7 @@ fn a_waiter_that_outstays_its_bound_is_found() {
     // Session 5 is still queued when the run ends, 200 ms on.
     let mut r = Rec { h: within.clone(), ..Rec::default() };
     r.t = r.h.end_ms();
-    r.ev(queued(5, 15));
+    r.ev(queued(5, 17));
     r.t += 190;
     r.ev(EventKind::SessionCloseInvoked { session: session(1) });
     let report = check(&r.h);
