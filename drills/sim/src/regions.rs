@@ -188,7 +188,8 @@ impl Watch {
 }
 
 /// The admin host: the registry's records, then a move every few seconds until the
-/// workers are done, each started only once the shard is active again. The shard's
+/// workers are done, each started only once the shard is active again; one in four
+/// is aborted a moment later if it has not completed by then. The shard's
 /// owner is read every 50 ms throughout, the cells' served shards every 300 ms.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn admin(
@@ -218,6 +219,8 @@ pub(crate) async fn admin(
     }
     ready.store(true, Ordering::Relaxed);
     let mut next_move = tokio::time::Instant::now() + Duration::from_millis(dice.range(2_000, 6_000));
+    // The move to take back, by its epoch, and when.
+    let mut abort: Option<(u32, tokio::time::Instant)> = None;
     for poll in 0.. {
         if finished() {
             break;
@@ -229,6 +232,22 @@ pub(crate) async fn admin(
         let Ok(o) = reg.owner().await else { continue };
         watch.saw(&o);
         let active = o.state == rpb::ShardState::Active as i32;
+        // A move the SRE takes back (an evacuation reversed): back to the source, at
+        // the next epoch if the source already sealed.
+        if let Some((epoch, _)) = abort.filter(|(epoch, at)| !active && o.epoch == *epoch && tokio::time::Instant::now() >= *at) {
+            abort = None;
+            let req = rpb::AbortMoveRequest { ns: NS.into(), shard: SHARD.into(), epoch };
+            match reg.call(req, |mut c, r| async move { c.abort_move(r).await }).await {
+                Ok(r) => {
+                    tracing::info!(epoch, "shard move aborted");
+                    if let Some(o) = r.owner {
+                        watch.saw(&o);
+                    }
+                }
+                Err(s) => tracing::debug!(status = %s, "AbortMove"),
+            }
+            continue;
+        }
         if !active || tokio::time::Instant::now() < next_move {
             continue;
         }
@@ -237,9 +256,15 @@ pub(crate) async fn admin(
         // source is written off, and the move completes once its lease ran out).
         let planned = dice.range(0, 3) != 0;
         let req = rpb::MoveShardRequest { ns: NS.into(), shard: SHARD.into(), to_cell: to.into(), planned };
+        // One move in four is taken back a while after it started, if still under way.
+        let take_back = dice.range(0, 4) == 0;
+        let after = Duration::from_millis(dice.range(50, 2_000));
         match reg.call(req, |mut c, r| async move { c.move_shard(r).await }).await {
             Ok(r) => {
                 tracing::info!(to, planned, "shard move started");
+                if take_back {
+                    abort = Some((o.epoch, tokio::time::Instant::now() + after));
+                }
                 if let Some(o) = r.owner {
                     watch.saw(&o);
                 }
