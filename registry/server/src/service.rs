@@ -127,6 +127,8 @@ impl RegistryApi {
             match self.reg.propose(leader, cmd).await? {
                 Ok(Outcome::Shard { shard, record }) if restart => {
                     warn!(cell = %cell, shard = %shard, epoch = record.epoch.0, "the cell no longer serves a shard it had adopted (data lost?): it re-adopts at the next epoch");
+                    // A transfer like any other (the simulation's stamps read this line).
+                    info!(shard = %shard, cell = %cell, epoch = record.epoch.0, "shard transferred");
                 }
                 Ok(_) => {}
                 Err(e) => debug!(cell = %cell, error = %e, "adoption bookkeeping refused (the shard moved on)"),
@@ -287,8 +289,14 @@ impl RegistryService for RegistryApi {
         // Recorded in the audit log with who asked (a gateway names its caller).
         let by = CallContext::from_grpc(&req).identity();
         let r = req.into_inner();
-        let owner = self.shard_write(&by, Command::AbortMove { shard: cv::shard_key(r.ns, r.shard)?, epoch: Epoch(r.epoch) }).await?;
+        let key = cv::shard_key(r.ns, r.shard)?;
+        let owner = self.shard_write(&by, Command::AbortMove { shard: key.clone(), epoch: Epoch(r.epoch) }).await?;
         info!(ns = %owner.ns, shard = %owner.shard, cell = %owner.cell, epoch = owner.epoch, "shard move aborted");
+        if owner.epoch > r.epoch {
+            // The source had sealed: it takes the shard back at the next epoch, a
+            // transfer like any other (the simulation's stamps read this line).
+            info!(shard = %key, cell = %owner.cell, epoch = owner.epoch, "shard transferred");
+        }
         Ok(Response::new(pb::AbortMoveResponse { owner: Some(owner) }))
     }
 
