@@ -3,6 +3,7 @@
 //! server's certificate against the cluster CA and the name dialled, and presenting this
 //! process's own.
 
+use crate::coalesce::Coalesced;
 use crate::net::{BoxStream, SharedNetwork};
 use crate::tls::Security;
 use hyper_util::rt::TokioIo;
@@ -121,9 +122,9 @@ pub(crate) struct Connector {
 }
 
 impl tower::Service<http::Uri> for Connector {
-    type Response = TokioIo<ClientIo>;
+    type Response = TokioIo<Coalesced<ClientIo>>;
     type Error = io::Error;
-    type Future = Pin<Box<dyn Future<Output = io::Result<TokioIo<ClientIo>>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = io::Result<TokioIo<Coalesced<ClientIo>>>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
@@ -134,7 +135,7 @@ impl tower::Service<http::Uri> for Connector {
         Box::pin(async move {
             let host = uri.host().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{uri}: no host")))?.to_owned();
             let port = uri.port_u16().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{uri}: no port")))?;
-            Ok(TokioIo::new(connect(&security, network.as_ref(), &host, port).await?))
+            Ok(TokioIo::new(Coalesced::new(connect(&security, network.as_ref(), &host, port).await?)))
         })
     }
 }

@@ -27,6 +27,7 @@ pub mod auth;
 pub mod bearer;
 #[cfg(feature = "certgen")]
 pub mod certs;
+pub mod coalesce;
 pub mod connect;
 pub mod context;
 pub mod entropy;
