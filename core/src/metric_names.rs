@@ -23,6 +23,8 @@ pub const RAFT_APPLIED_INDEX: &str = "holdfast_raft_applied_index";
 pub const RAFT_FSYNC: &str = "holdfast_raft_fsync_seconds";
 pub const RAFT_PROPOSE: &str = "holdfast_raft_propose_seconds";
 pub const RAFT_STAGE: &str = "holdfast_raft_stage_seconds";
+pub const RAFT_REPLICATE: &str = "holdfast_raft_replicate_seconds";
+pub const RAFT_FOLLOWER_APPEND: &str = "holdfast_raft_follower_append_seconds";
 // ---- ownership
 pub const SHARD_EPOCH: &str = "holdfast_shard_epoch";
 // ---- registry

@@ -165,10 +165,15 @@ impl RaftNetworkV2<TypeConfig> for GrpcConnection {
     type SnapshotData = SnapshotData;
 
     async fn append_entries(&mut self, rpc: AppendEntriesRequest, option: RPCOption) -> Result<AppendEntriesResponse, RpcError> {
+        // Timed when it carries entries (a heartbeat or a commit notice is not a write's).
+        let sent = (!rpc.entries.is_empty()).then(std::time::Instant::now);
         let req = convert::append_request_to_pb(&rpc);
         let res = async {
             let mut client = self.client()?;
             let resp = self.call(option.soft_ttl(), client.append_entries(req)).await?;
+            if let Some(sent) = sent {
+                metrics::histogram!(holdfast_core::metric_names::RAFT_REPLICATE).record(sent.elapsed().as_secs_f64());
+            }
             convert::append_response_from_pb(resp).map_err(|e| Failure::Network(e.to_string()))
         }
         .await;

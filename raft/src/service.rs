@@ -71,8 +71,13 @@ fn stopped(e: impl fmt::Display) -> Status {
 #[tonic::async_trait]
 impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
     async fn append_entries(&self, request: Request<pb::AppendEntriesRequest>) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+        let arrived = std::time::Instant::now();
         let req = convert::append_request_from_pb(request.into_inner()).map_err(bad_request)?;
+        let carries = !req.entries.is_empty();
         let resp = self.raft.append_entries(req).await.map_err(stopped)?;
+        if carries {
+            metrics::histogram!(holdfast_core::metric_names::RAFT_FOLLOWER_APPEND).record(arrived.elapsed().as_secs_f64());
+        }
         Ok(Response::new(convert::append_response_to_pb(&resp)))
     }
 

@@ -65,11 +65,13 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
-fn per_metric_buckets() -> [(&'static str, &'static [f64]); 6] {
+fn per_metric_buckets() -> [(&'static str, &'static [f64]); 8] {
     use names::*;
     [
         (RAFT_FSYNC, RAFT_BUCKETS),
         (RAFT_STAGE, RAFT_BUCKETS),
+        (RAFT_REPLICATE, RAFT_BUCKETS),
+        (RAFT_FOLLOWER_APPEND, RAFT_BUCKETS),
         (RAFT_PROPOSE, RAFT_BUCKETS),
         (HOLD_TIME, LONG_BUCKETS),
         (ACQUIRE_WAIT, LONG_BUCKETS),
@@ -118,6 +120,16 @@ fn describe() {
         RAFT_STAGE,
         Unit::Seconds,
         "On a leader, the stages of a committed proposal by stage: append (the leader's log write and fsync), commit (from the append's start until a quorum has it), apply (the state machine)."
+    );
+    describe_histogram!(
+        RAFT_REPLICATE,
+        Unit::Seconds,
+        "On a leader: the round trip of an AppendEntries that carries entries, from sending it to a follower to having its answer (network both ways and the follower's append)."
+    );
+    describe_histogram!(
+        RAFT_FOLLOWER_APPEND,
+        Unit::Seconds,
+        "On a follower: an AppendEntries that carries entries, from its arrival to its answer (the entries written and synced)."
     );
     describe_counter!(
         OWNERSHIP_LEASE_LAPSES,
