@@ -182,10 +182,13 @@ impl Transport {
     fn endpoint(&self, addr: &str) -> Result<Endpoint, AddressError> {
         let hp = host_port(addr)?;
         let o = &self.inner.options;
-        // The scheme is only what the HTTP/2 requests say; the connector decides how
-        // to speak.
-        let scheme = if self.inner.security.is_tls() { "https" } else { "http" };
-        let e = Endpoint::from_shared(format!("{scheme}://{hp}")).map_err(|e| AddressError { addr: addr.to_owned(), why: e.to_string() })?;
+        // The connector decides how to speak (TLS or not); the scheme is only what the
+        // HTTP/2 requests say, and it is `http` even over TLS. tonic, once anything in
+        // the same build turns on one of its own TLS features (an application that also
+        // uses etcd-client with TLS, as holdfast-bench does), refuses to dial an `https`
+        // URI whose TLS it does not do itself: every call would fail with "Connecting to
+        // HTTPS without TLS enabled".
+        let e = Endpoint::from_shared(format!("http://{hp}")).map_err(|e| AddressError { addr: addr.to_owned(), why: e.to_string() })?;
         Ok(e.connect_timeout(Duration::from_millis(o.connect_timeout_ms))
             .http2_keep_alive_interval(Duration::from_millis(o.keepalive_interval_ms))
             .keep_alive_timeout(Duration::from_millis(o.keepalive_timeout_ms))
