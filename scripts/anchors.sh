@@ -22,6 +22,8 @@ anchors_install() {
     # etcdctl: health checks and finding etcd's leader.
     command -v etcdctl >/dev/null || need+=(etcd-client)
     command -v protoc >/dev/null || need+=(protobuf-compiler)
+    # openssl: the certificates of the etcd that runs over mutual TLS.
+    command -v openssl >/dev/null || need+=(openssl)
     if [ ${#need[@]} -gt 0 ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
     fi
@@ -59,6 +61,50 @@ start_etcd() {
         sleep 0.5
     done
     echo "etcd did not become healthy" >&2
+    return 1
+}
+
+# etcd as deployed: a second 3-member cluster on ports 3x379/3x380, mutual TLS between
+# its members and with its clients (client certificates required), certificates from
+# a throwaway CA in "$work/etcd-certs" (ca.crt, client.crt, client.key for the bench).
+etcd_tls_initial="t1=https://127.0.0.1:31380,t2=https://127.0.0.1:32380,t3=https://127.0.0.1:33380"
+etcd_tls_eps="https://127.0.0.1:31379,https://127.0.0.1:32379,https://127.0.0.1:33379"
+etcd_tls_certs() {
+    local d="$work/etcd-certs" ext="$work/etcd-certs/ext.cnf"
+    mkdir -p "$d"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=etcd-bench-ca \
+        -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >"$ext"
+    local n
+    for n in member client; do
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$n" \
+            -keyout "$d/$n.key" -out "$d/$n.csr" 2>/dev/null
+        openssl x509 -req -in "$d/$n.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+            -extfile "$ext" -out "$d/$n.crt" 2>/dev/null
+    done
+}
+
+start_etcd_tls() {
+    echo "== etcd over mutual TLS: 3 members on loopback"
+    etcd_tls_certs
+    local i c="$work/etcd-certs"
+    for i in 1 2 3; do
+        etcd --name "t$i" --data-dir "$work/etcd-tls-$i" \
+            --listen-client-urls "https://127.0.0.1:3${i}379" --advertise-client-urls "https://127.0.0.1:3${i}379" \
+            --listen-peer-urls "https://127.0.0.1:3${i}380" --initial-advertise-peer-urls "https://127.0.0.1:3${i}380" \
+            --initial-cluster "$etcd_tls_initial" --initial-cluster-state new --initial-cluster-token holdfast-bench-tls \
+            --cert-file "$c/member.crt" --key-file "$c/member.key" --trusted-ca-file "$c/ca.crt" --client-cert-auth \
+            --peer-cert-file "$c/member.crt" --peer-key-file "$c/member.key" --peer-trusted-ca-file "$c/ca.crt" --peer-client-cert-auth \
+            --log-level warn >>"$work/etcd-tls-$i.log" 2>&1 &
+        pids+=($!)
+    done
+    for _ in $(seq 60); do
+        ETCDCTL_API=3 etcdctl --endpoints "$etcd_tls_eps" --cacert "$c/ca.crt" --cert "$c/client.crt" --key "$c/client.key" \
+            endpoint health >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    echo "etcd over TLS did not become healthy" >&2
+    tail -5 "$work/etcd-tls-1.log" >&2
     return 1
 }
 

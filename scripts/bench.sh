@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark: holdfast against its anchor, a 3-member etcd 3.4 cluster
 # (Debian etcd-server, v3lock API), on this machine, in this run. Same workloads, same
-# client machine, rounds in alternating order; medians and ratios in the summary. Not part of CI
+# client machine, rounds in alternating order; medians and ratios in the summary. With
+# holdfast over mutual TLS (BENCH_TLS=on or both), a second etcd runs over mutual TLS
+# too, and the summary sets each TLS row beside it. Not part of CI
 # (docs/design.md: benchmarks do not run in CI). See docs/benchmarks.md.
 #
 #   scripts/bench.sh                 # 10 s per workload per system
@@ -29,8 +31,10 @@ start_etcd
 tls="${BENCH_TLS:-both}"
 systems=(etcd)
 if [ "$tls" != off ]; then
+    # etcd as deployed too (mutual TLS), so the TLS rows have a like-for-like anchor.
+    start_etcd_tls
     start_holdfast holdfast 7400
-    systems+=(holdfast-gateway holdfast-cell)
+    systems+=(etcd-tls holdfast-gateway holdfast-cell)
 fi
 if [ "$tls" != on ]; then
     start_holdfast holdfast-plain 7500 --insecure
@@ -58,10 +62,11 @@ for round in $(seq "$rounds"); do
             if [ "$w" = owner-lookups ] && [[ $sys == holdfast-cell* ]]; then continue; fi
             # The floor (a gRPC round trip to a gateway, a synced append) is the
             # machine's, measured on the gateway paths only.
-            if [[ $w == floor-* ]] && [[ $sys == etcd || $sys == holdfast-cell* ]]; then continue; fi
+            if [[ $w == floor-* ]] && [[ $sys == etcd* || $sys == holdfast-cell* ]]; then continue; fi
             certs=(--certs-dir "$work/holdfast/certs")
             case $sys in
                 etcd) args=(--system etcd --endpoints "$etcd_eps") ;;
+                etcd-tls) args=(--system etcd --endpoints "$etcd_tls_eps" --label "mutual TLS" --certs-dir "$work/etcd-certs") ;;
                 holdfast-gateway) args=(--system holdfast --endpoints 127.0.0.1:7400 --label gateway "${certs[@]}") ;;
                 holdfast-cell) args=(--system holdfast --endpoints 127.0.0.1:7404,127.0.0.1:7405,127.0.0.1:7406 --label cell "${certs[@]}") ;;
                 holdfast-gateway-plain) args=(--system holdfast --endpoints 127.0.0.1:7500 --label "gateway, plaintext") ;;

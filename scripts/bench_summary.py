@@ -89,6 +89,27 @@ if lines:
     print("|---|---|---:|---:|")
     print("\n".join(lines))
 
+# As deployed on both sides: holdfast over mutual TLS against etcd over mutual TLS
+# (scripts/anchors.sh, start_etcd_tls), same workload, same run. The table above sets
+# every row beside plaintext etcd.
+lines = []
+for w in WORKLOADS:
+    for (rw, clients, name), rs in sorted(runs.items()):
+        etcd_tls = runs.get((w, clients, "etcd (mutual TLS)"))
+        if rw != w or not etcd_tls or name not in ("holdfast (gateway)", "holdfast (cell)"):
+            continue
+        lines.append(
+            f"| {w} | {name} | {clients} | {med(rs, 'ops_per_s'):.0f} | {med(etcd_tls, 'ops_per_s'):.0f} "
+            f"| {med(rs, 'ops_per_s') / med(etcd_tls, 'ops_per_s'):.2f}× | {med(rs, 'acquire_p99_ms') / med(etcd_tls, 'acquire_p99_ms'):.2f}× |"
+        )
+if lines:
+    print()
+    print("Both over mutual TLS: holdfast as deployed against etcd as deployed, same run:")
+    print()
+    print("| workload | system | clients | ops/s | etcd (mutual TLS) ops/s | ops/s vs etcd TLS | acquire p99 vs etcd TLS |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    print("\n".join(lines))
+
 # The machine's floor (bench/src/floor.rs): a cycle's round trips and synced appends at
 # their medians, with no other work. One write direct to the cell: the client's call
 # (one round trip) around the leader's AppendEntries to a follower (one more) and the

@@ -1,9 +1,34 @@
 //! The anchor: etcd's v3lock API, one lease per client (granted once, 60 s: no
 //! keep-alive traffic during a run), `Lock` with the lease, `Unlock` with the key.
+//!
+//! Over mutual TLS when the run gives etcd's certificates (`--certs-dir` with `ca.crt`,
+//! `client.crt`, `client.key`, as `scripts/anchors.sh` makes them): etcd as deployed,
+//! beside holdfast as deployed.
 
 use crate::Locker;
-use etcd_client::{Client, ConnectOptions, LockOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, LockOptions, TlsOptions};
+use std::path::Path;
 use std::time::Duration;
+
+/// A client of the etcd at `endpoints`: plaintext, or mutual TLS with the certificates
+/// in `certs` (then `https://` is put before endpoints that have no scheme).
+/// `request_timeout`: see [`EtcdLocker::connect`].
+pub async fn client(endpoints: &[String], certs: Option<&Path>, request_timeout: Option<Duration>) -> Result<Client, String> {
+    let mut options = request_timeout.map(|t| ConnectOptions::new().with_timeout(t).with_connect_timeout(t).with_keep_alive(Duration::from_millis(500), t));
+    let mut endpoints = endpoints.to_vec();
+    if let Some(dir) = certs {
+        let read = |f: &str| std::fs::read(dir.join(f)).map_err(|e| format!("{}: {e}", dir.join(f).display()));
+        let tls =
+            TlsOptions::new().ca_certificate(Certificate::from_pem(read("ca.crt")?)).identity(Identity::from_pem(read("client.crt")?, read("client.key")?));
+        options = Some(options.unwrap_or_default().with_tls(tls));
+        for e in &mut endpoints {
+            if !e.contains("://") {
+                *e = format!("https://{e}");
+            }
+        }
+    }
+    Client::connect(endpoints, options).await.map_err(|e| e.to_string())
+}
 
 pub struct EtcdLocker {
     client: Client,
@@ -19,9 +44,8 @@ impl EtcdLocker {
     /// sets 1 s, as an etcd client that must notice a dead member would: without it a
     /// call to a killed leader hangs for seconds). A v3lock call is idempotent per
     /// lease, so giving up and calling again is safe.
-    pub async fn connect(endpoints: &[String], request_timeout: Option<Duration>) -> Result<EtcdLocker, String> {
-        let options = request_timeout.map(|t| ConnectOptions::new().with_timeout(t).with_connect_timeout(t).with_keep_alive(Duration::from_millis(500), t));
-        let mut client = Client::connect(endpoints, options).await.map_err(|e| e.to_string())?;
+    pub async fn connect(endpoints: &[String], certs: Option<&Path>, request_timeout: Option<Duration>) -> Result<EtcdLocker, String> {
+        let mut client = client(endpoints, certs, request_timeout).await?;
         let lease = client.lease_grant(60, None).await.map_err(|e| e.to_string())?.id();
         Ok(EtcdLocker { client, lease, held: None, revision: 0 })
     }
@@ -30,7 +54,7 @@ impl EtcdLocker {
     /// background task, as an application's is: the `control` holder, whose keep-alive
     /// stops when its process is paused.
     pub async fn with_kept_lease(endpoints: &[String], ttl: Duration) -> Result<EtcdLocker, String> {
-        let mut client = Client::connect(endpoints, None).await.map_err(|e| e.to_string())?;
+        let mut client = client(endpoints, None, None).await?;
         let lease = client.lease_grant(ttl.as_secs().max(1) as i64, None).await.map_err(|e| e.to_string())?.id();
         let (mut keeper, mut answers) = client.lease_keep_alive(lease).await.map_err(|e| e.to_string())?;
         tokio::spawn(async move {
@@ -79,8 +103,8 @@ pub struct EtcdReader {
 const OWNER_KEY: &str = "bench-owner/default";
 
 impl EtcdReader {
-    pub async fn connect(endpoints: &[String]) -> Result<EtcdReader, String> {
-        let mut client = Client::connect(endpoints, None).await.map_err(|e| e.to_string())?;
+    pub async fn connect(endpoints: &[String], certs: Option<&Path>) -> Result<EtcdReader, String> {
+        let mut client = client(endpoints, certs, None).await?;
         client.put(OWNER_KEY, "east-1", None).await.map_err(|e| e.to_string())?;
         Ok(EtcdReader { client })
     }

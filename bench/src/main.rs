@@ -125,8 +125,9 @@ struct Target {
     /// A label for the run (which path: gateway, cell).
     #[arg(long, default_value = "")]
     label: String,
-    /// holdfast: the playground's certificates (root's client certificate); unset:
-    /// plaintext, for a playground run --insecure.
+    /// holdfast: the playground's certificates (root's client certificate); etcd: a
+    /// directory with `ca.crt`, `client.crt` and `client.key`. Unset: plaintext (a
+    /// playground run --insecure; etcd as the script starts it by default).
     #[arg(long)]
     certs_dir: Option<std::path::PathBuf>,
 }
@@ -188,7 +189,7 @@ async fn failover(a: FailoverArgs) -> Result<(), String> {
             failover_loop(holdfast_lock::HoldfastLocker::connect(&security, &endpoints, &a.target.ns, &a.target.shard).await?, &a).await
         }
         #[cfg(feature = "etcd")]
-        System::Etcd => failover_loop(etcd_lock::EtcdLocker::connect(&endpoints, Some(Duration::from_secs(1))).await?, &a).await,
+        System::Etcd => failover_loop(etcd_lock::EtcdLocker::connect(&endpoints, a.target.certs_dir.as_deref(), Some(Duration::from_secs(1))).await?, &a).await,
         #[cfg(not(feature = "etcd"))]
         System::Etcd => return Err("built without the `etcd` feature: use scripts/failover.sh".into()),
     };
@@ -401,14 +402,15 @@ async fn main() -> Result<(), String> {
         System::Etcd if a.workload == Workload::OwnerLookups => {
             let mut ls = Vec::new();
             for _ in 0..clients {
-                ls.push(etcd_lock::EtcdReader::connect(&endpoints).await?);
+                ls.push(etcd_lock::EtcdReader::connect(&endpoints, a.target.certs_dir.as_deref()).await?);
             }
             run(ls, &a).await
         }
         #[cfg(feature = "etcd")]
         System::Etcd if a.workload == Workload::Renewals => {
-            let background = renewals::EtcdRenewers::start(&endpoints, a.sessions, Duration::from_millis(a.session_ttl_ms)).await?;
-            let l = etcd_lock::EtcdLocker::connect(&endpoints, None).await?;
+            let certs = a.target.certs_dir.as_deref();
+            let background = renewals::EtcdRenewers::start(&endpoints, certs, a.sessions, Duration::from_millis(a.session_ttl_ms)).await?;
+            let l = etcd_lock::EtcdLocker::connect(&endpoints, certs, None).await?;
             let report = run(vec![l], &a).await;
             Report { background: Some(background.stop().await?), ..report }
         }
@@ -416,7 +418,7 @@ async fn main() -> Result<(), String> {
         System::Etcd => {
             let mut ls = Vec::new();
             for _ in 0..clients {
-                ls.push(etcd_lock::EtcdLocker::connect(&endpoints, None).await?);
+                ls.push(etcd_lock::EtcdLocker::connect(&endpoints, a.target.certs_dir.as_deref(), None).await?);
             }
             run(ls, &a).await
         }

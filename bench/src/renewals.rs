@@ -117,12 +117,12 @@ pub struct EtcdRenewers {
 
 #[cfg(feature = "etcd")]
 impl EtcdRenewers {
-    pub async fn start(endpoints: &[String], n: usize, ttl: Duration) -> Result<EtcdRenewers, String> {
+    pub async fn start(endpoints: &[String], certs: Option<&std::path::Path>, n: usize, ttl: Duration) -> Result<EtcdRenewers, String> {
         use std::sync::atomic::{AtomicU64, Ordering};
         let started = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..CONNECTIONS {
-            clients.push(etcd_client::Client::connect(endpoints, None).await.map_err(|e| e.to_string())?);
+            clients.push(crate::etcd_lock::client(endpoints, certs, None).await?);
         }
         let lost = Arc::new(AtomicU64::new(0));
         let ttl_s = ttl.as_secs().max(1) as i64;
