@@ -7,7 +7,7 @@
 //! runtime that task often wakes on the other worker between the two, and flushes the
 //! HEADERS alone: every unary call then costs its peer two reads and two wake-ups
 //! (measured on a cell leader: four writes per Raft write to each follower, where two
-//! would do; docs/benchmarks.md, "Coalesced writes").
+//! would do; docs/benchmarks.md, "Where one client's write goes").
 //!
 //! [`Coalesced`] keeps what the connection writes in a buffer (up to [`LIMIT`] bytes)
 //! and, at the first flush of a batch, yields once to the scheduler before writing it
