@@ -39,11 +39,22 @@ fn terraform() -> Option<PathBuf> {
     None
 }
 
-/// A base port with the 300 ports a three-region single-host deployment uses free.
+/// A base port with the 300 ports a three-region single-host deployment uses free,
+/// below the kernel's ephemeral range when there is room: a port checked free there
+/// can be taken by any outgoing connection (the nodes' own) before its node binds it
+/// (seen once in CI: "Address already in use").
 fn free_base() -> u16 {
-    let start = 20_000 + (std::process::id() % 60) as u16 * 500;
-    (0..40u16)
-        .map(|i| start.wrapping_add(i * 300) % 40_000 + 20_000)
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse::<u32>().ok()))
+        .unwrap_or(32_768);
+    // Bases from 20,000 up to the last that keeps 300 ports below the ephemeral range;
+    // the whole 20,000-59,999 span if that leaves too little room.
+    let span = if ephemeral_from >= 20_000 + 300 * 10 { (ephemeral_from - 20_000) / 300 * 300 } else { 40_000 };
+    let bases = span / 300;
+    let first = std::process::id() % bases;
+    (0..bases)
+        .map(|i| (20_000 + ((first + i) % bases) * 300) as u16)
         .find(|base| (0..300).all(|p| std::net::TcpListener::bind(("127.0.0.1", base + p)).is_ok()))
         .expect("no free range of 300 ports")
 }
