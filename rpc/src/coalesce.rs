@@ -40,10 +40,6 @@ impl<T> Coalesced<T> {
     pub fn new(io: T) -> Self {
         Coalesced { io, buf: Vec::new(), yielded: false }
     }
-
-    pub fn get_ref(&self) -> &T {
-        &self.io
-    }
 }
 
 impl<T: AsyncWrite + Unpin> Coalesced<T> {
