@@ -35,6 +35,10 @@ RAFT_TESTS = [*SERVER_TESTS[:-1], "-p", "holdfast-raft", "--lib"]
 
 # (name, file, exact text, replacement, cargo test args)
 MUTANTS = [
+    ("a deposed leader answers a waiter with the grant it applies late", "cells/server/src/service.rs",
+     "Ok(Ok(WaitResult::Granted(token))) if self.cell.group.leader_in_term(term).is_some() => {",
+     "Ok(Ok(WaitResult::Granted(token))) => {",
+     ["-p", "holdfast-cell", "--test", "cell", "--", "a_deposed_leader_does_not_answer_a_waiter"]),
     ("append acknowledged unsynced", "raft/src/log_store.rs",
      "Some(db) => sync(&db),", "Some(_) => Ok(()),", RAFT_TESTS),
     ("vote saved ahead of queued appends", "raft/src/log_store.rs",

@@ -279,6 +279,8 @@ impl LockService for LockApi {
             return Err(invalid(format!("wait_timeout_ms {} exceeds {} ms", r.wait_timeout_ms, MAX_WAIT.as_millis())));
         }
         let leader = self.cell.assume_leader()?;
+        // A queued grant is answered only by the leader of this term (below).
+        let term = self.cell.group.term();
         self.cell.check_session_owner(&ctx, session)?;
         let cmd =
             Command::Acquire { shard: shard.clone(), epoch, name: name.clone(), session, mode, request_id: rid.clone(), value: r.value, wait: !wait.is_zero() };
@@ -315,7 +317,12 @@ impl LockService for LockApi {
                     .await;
                 queue_time = queued.elapsed();
                 match woken {
-                    Ok(Ok(WaitResult::Granted(token))) => {
+                    // A node deposed while the call waited wakes when it applies the
+                    // grant, which may be long after: catching up after a partition,
+                    // behind a seal that has since moved the shard on. It must not
+                    // hand out the grant; the caller retries at the leader, which knows
+                    // whether that hold still stands.
+                    Ok(Ok(WaitResult::Granted(token))) if self.cell.group.leader_in_term(term).is_some() => {
                         crate::metrics::waited(&shard.ns, queue_time);
                         granted(token)
                     }

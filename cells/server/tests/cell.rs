@@ -459,3 +459,60 @@ async fn a_waiting_acquire_leaves_no_wake_up_behind_however_it_ends() {
     assert_eq!(cell.nodes[&l].armed_wakeups(), 0, "wake-ups left armed after every call ended");
     cell.shutdown().await;
 }
+
+/// A leader cut off while an acquire waits in its queue is deposed; the new leader
+/// grants that waiter, and the hold ends again, before the old leader hears of either.
+/// Healed, the old leader applies the grant long after the fact. It must not answer the
+/// waiting call with it (the caller would believe it holds a lock that is gone): the
+/// call ends `UNAVAILABLE`, and a retry at the leader tells the truth. (Found by the
+/// simulation with moves, seed 2078: there the hold had ended because a seal moved the
+/// shard on.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_does_not_answer_a_waiter_with_a_grant_it_applies_late() {
+    let _g = serial().await;
+    let cell = TestCell::start(0).await;
+    let old = cell.leader().await;
+    let mut c_old = cell.client(old).await;
+    let (a, b) = (create_session(&mut c_old, 10_000).await, create_session(&mut c_old, 10_000).await);
+    let ta = c_old.acquire(acquire_req(a, "x", "a-1", 0)).await.unwrap().into_inner().token;
+    let mut waiter = c_old.clone();
+    let waiting = tokio::spawn(async move { waiter.acquire(acquire_req(b, "x", "b-1", 15_000)).await });
+    let deadline = Instant::now() + WAIT;
+    while cell.nodes[&old].armed_wakeups() == 0 {
+        assert!(Instant::now() < deadline, "the waiting acquire never armed its wake-up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    info!("--- the leader is cut off; a new one grants the waiter, and that hold ends");
+    let others: Vec<u64> = cell.nodes.keys().copied().filter(|id| *id != old).collect();
+    cell.faults.isolate(old, others.clone());
+    let new = cell.leader_among(&others).await;
+    let mut c_new = cell.client(new).await;
+    let release = |token: u64| pb::ReleaseRequest { shard: shard(), name: "x".into(), token };
+    let deadline = Instant::now() + WAIT;
+    while let Err(e) = c_new.release(release(ta)).await {
+        assert!(Instant::now() < deadline, "the new leader never took the release: {e:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let tb = loop {
+        let d = c_new.describe(pb::DescribeRequest { shard: shard(), name: "x".into() }).await.unwrap().into_inner();
+        if let Some(h) = d.holders.iter().find(|h| h.session_id == b) {
+            break h.token;
+        }
+        assert!(Instant::now() < deadline, "the new leader never granted the waiter: {d:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    c_new.release(release(tb)).await.unwrap();
+
+    info!("--- healed: the old leader applies the grant late, and does not hand it out");
+    cell.faults.heal_all();
+    let answer = tokio::time::timeout(Duration::from_secs(30), waiting).await.expect("the waiting call ended").unwrap();
+    match answer {
+        Ok(r) => panic!("the deposed leader answered with token {} (the hold had ended: {tb})", r.into_inner().token),
+        Err(e) => assert!(["UNAVAILABLE", "NOT_LEADER"].contains(&code(&e).as_str()), "{e:?}"),
+    }
+    info!("--- the retry at the leader tells the truth: that hold has ended");
+    let e = c_new.acquire(acquire_req(b, "x", "b-1", 0)).await.unwrap_err();
+    assert_eq!(code(&e), "NOT_HOLDER", "{e:?}");
+    cell.shutdown().await;
+}
