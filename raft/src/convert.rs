@@ -8,7 +8,7 @@ use holdfast_proto::raft::v1 as pb;
 
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, Entry, EntryPayload, LeaderId, LogId, Membership, Node, NodeId, Request, SnapshotMeta, StoredMembership,
-    TransferLeaderError, TransferLeaderRequest, TransferLeaderResponse, Vote, VoteRequest, VoteResponse,
+    StreamAppendError, StreamAppendResult, TransferLeaderError, TransferLeaderRequest, TransferLeaderResponse, Vote, VoteRequest, VoteResponse,
 };
 
 /// A protobuf message that does not describe a valid Raft message.
@@ -135,6 +135,25 @@ pub fn append_response_from_pb(r: pb::AppendEntriesResponse) -> Result<AppendEnt
     })
 }
 
+pub fn stream_result_to_pb(r: &StreamAppendResult) -> pb::StreamAppendResponse {
+    use pb::stream_append_response::{Matched, Result as R};
+    let result = match r {
+        Ok(matched) => R::Matched(Matched { log_id: matched.as_ref().map(log_id_to_pb) }),
+        Err(StreamAppendError::Conflict(at)) => R::Conflict(log_id_to_pb(at)),
+        Err(StreamAppendError::HigherVote(v)) => R::HigherVote(vote_to_pb(v)),
+    };
+    pb::StreamAppendResponse { result: Some(result) }
+}
+
+pub fn stream_result_from_pb(r: pb::StreamAppendResponse) -> Result<StreamAppendResult, DecodeError> {
+    use pb::stream_append_response::Result as R;
+    Ok(match r.result.ok_or_else(|| missing("StreamAppendResponse", "result"))? {
+        R::Matched(m) => Ok(opt_log_id_from_pb(m.log_id)?),
+        R::Conflict(at) => Err(StreamAppendError::Conflict(log_id_from_pb(at)?)),
+        R::HigherVote(v) => Err(StreamAppendError::HigherVote(vote_from_pb(Some(v))?)),
+    })
+}
+
 pub fn vote_request_to_pb(r: &VoteRequest) -> pb::VoteRequest {
     pb::VoteRequest { vote: Some(vote_to_pb(&r.vote)), last_log_id: r.last_log_id.as_ref().map(log_id_to_pb), leadership_transfer: r.leadership_transfer }
 }
@@ -239,6 +258,15 @@ mod tests {
         ] {
             assert_eq!(append_response_from_pb(append_response_to_pb(&r)).unwrap(), r);
         }
+        for r in [
+            Ok(None),
+            Ok(Some(lid(2, 1, 7))),
+            Err(StreamAppendError::Conflict(lid(2, 3, 5))),
+            Err(StreamAppendError::HigherVote(Vote { leader_id: LeaderId { term: 9, node_id: 3 }, committed: true })),
+        ] {
+            assert_eq!(stream_result_from_pb(stream_result_to_pb(&r)).unwrap(), r);
+        }
+        assert!(stream_result_from_pb(pb::StreamAppendResponse { result: None }).is_err());
         let v = VoteResponse::new(Vote { leader_id: LeaderId { term: 2, node_id: 1 }, committed: false }, None, true);
         assert_eq!(vote_response_from_pb(vote_response_to_pb(&v)).unwrap(), v);
     }

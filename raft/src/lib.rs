@@ -52,6 +52,12 @@ pub mod types;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
+/// A mutex's guard; a poisoned one is taken as is (what it guards stays consistent
+/// under a panic: queues of timestamps on a replication stream).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 pub use admin::{metrics_to_pb, RaftAdminService};
 pub use convert::DecodeError;
 pub use error::{InitError, StartError, WriteError};

@@ -6,22 +6,28 @@
 //! Every RPC is bounded by openraft's soft TTL; a snapshot transfer by its hard TTL and
 //! the cancel signal.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::{Stream, StreamExt};
 use holdfast_proto::raft::v1 as pb;
 use holdfast_proto::raft::v1::raft_service_client::RaftServiceClient;
 use holdfast_rpc::{AddressError, Channel, Transport};
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, ReplicationClosed, Timeout, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::{OptionalSend, RPCTypes};
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::convert;
+use crate::lock;
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamingError, TransferLeaderRequest,
-    TransferLeaderResponse, TypeConfig, Vote, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamAppendResult, StreamingError,
+    TransferLeaderRequest, TransferLeaderResponse, TypeConfig, Vote, VoteRequest, VoteResponse,
 };
 
 /// Size of one chunk of an InstallSnapshot stream.
@@ -77,6 +83,7 @@ impl GrpcNetworkFactory {
             client: channel.ok().map(|c| {
                 RaftServiceClient::new(c).max_decoding_message_size(self.options.max_message_bytes).max_encoding_message_size(self.options.max_message_bytes)
             }),
+            unary: false,
         }
     }
 
@@ -99,6 +106,10 @@ pub struct GrpcConnection {
     target: NodeId,
     /// `None` when the peer's address could not be parsed: every RPC is `Unreachable`.
     client: Option<RaftServiceClient<Channel>>,
+    /// Set once the peer answered `StreamAppend` with `UNIMPLEMENTED` (a node of an
+    /// older version, during a rolling upgrade): replication to it goes one unary
+    /// AppendEntries at a time from then on.
+    unary: bool,
 }
 
 impl fmt::Debug for GrpcConnection {
@@ -141,12 +152,7 @@ impl GrpcConnection {
     }
 
     fn rpc_error(&self, action: RPCTypes, f: Failure) -> RpcError {
-        debug!(target = self.target, ?action, "raft rpc failed");
-        match f {
-            Failure::Unreachable(m) => RpcError::Unreachable(Unreachable::from_string(m)),
-            Failure::Network(m) => RpcError::Network(NetworkError::from_string(m)),
-            Failure::Timeout(timeout) => RpcError::Timeout(Timeout { action, id: self.local, target: self.target, timeout }),
-        }
+        Peer { local: self.local, target: self.target }.rpc_error(action, f)
     }
 
     async fn send_vote(&mut self, pre: bool, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RpcError> {
@@ -178,6 +184,70 @@ impl RaftNetworkV2<TypeConfig> for GrpcConnection {
         }
         .await;
         res.map_err(|f| self.rpc_error(RPCTypes::AppendEntries, f))
+    }
+
+    /// Replication as one `StreamAppend` stream: openraft hands over the next request as
+    /// soon as it has one, without waiting for the answer to the last, so a commit
+    /// notice and the next entries are in flight together.
+    ///
+    /// Bounded by `soft_ttl`: to open the stream, and from each request sent to its
+    /// answer; an idle stream (nothing unanswered) waits as long as it must. A stream that
+    /// stalls ends with a timeout, and openraft opens a new one.
+    fn stream_append<'s, S>(&'s mut self, input: S, option: RPCOption) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult, RpcError>>, RpcError>>
+    where
+        S: Stream<Item = AppendEntriesRequest> + OptionalSend + Unpin + 'static,
+    {
+        if self.unary {
+            return openraft::network::stream_append_sequential(self, input, option);
+        }
+        Box::pin(async move {
+            let ttl = option.soft_ttl();
+            // Nothing is dialled before openraft yields the first request: it backs off
+            // from an unreachable peer inside the request stream, so dialling first would
+            // retry a refused connection in a tight loop.
+            let mut input = input;
+            let Some(first) = input.next().await else {
+                return Ok(futures_util::stream::empty().boxed());
+            };
+            let input = futures_util::stream::once(std::future::ready(first)).chain(input);
+            let mut client = self.client().map_err(|f| self.rpc_error(RPCTypes::AppendEntries, f))?;
+            // When each request went out, and whether it carried entries: answers come back
+            // in request order, so the front is the one being answered.
+            let sent: Arc<Mutex<VecDeque<(Instant, bool)>>> = Arc::default();
+            let noted = sent.clone();
+            let outbound = input.map(move |req| {
+                lock(&noted).push_back((Instant::now(), !req.entries.is_empty()));
+                convert::append_request_to_pb(&req)
+            });
+            let inbound = match tokio::time::timeout(ttl, client.stream_append(outbound)).await {
+                Ok(Ok(inbound)) => inbound.into_inner(),
+                Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                    warn!(target = self.target, "the peer does not take a replication stream (an older version?): replicating to it one request at a time");
+                    self.unary = true;
+                    return Err(self.rpc_error(RPCTypes::AppendEntries, Failure::Network(status.to_string())));
+                }
+                Ok(Err(status)) => return Err(self.rpc_error(RPCTypes::AppendEntries, classify(status))),
+                Err(_) => return Err(self.rpc_error(RPCTypes::AppendEntries, Failure::Timeout(ttl))),
+            };
+            let peer = Peer { local: self.local, target: self.target };
+            let answers = futures_util::stream::unfold(Some(inbound), move |state| {
+                let sent = sent.clone();
+                async move {
+                    let mut inbound = state?;
+                    let answer = next_answer(&mut inbound, &sent, ttl).await;
+                    let item = match answer {
+                        Ok(None) => return None,
+                        Ok(Some(pb)) => convert::stream_result_from_pb(pb).map_err(|e| Failure::Network(e.to_string())),
+                        Err(f) => Err(f),
+                    };
+                    match item {
+                        Ok(r) => Some((Ok(r), Some(inbound))),
+                        Err(f) => Some((Err(peer.rpc_error(RPCTypes::AppendEntries, f)), None)),
+                    }
+                }
+            });
+            Ok(answers.boxed())
+        })
     }
 
     async fn vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RpcError> {
@@ -234,6 +304,50 @@ impl RaftNetworkV2<TypeConfig> for GrpcConnection {
                 Err(e) => Err(self.streaming_error(Failure::Network(e.to_string()))),
             },
             Err(f) => Err(self.streaming_error(f)),
+        }
+    }
+}
+
+/// The next answer on a replication stream, `Ok(None)` when the follower ended it. Waits
+/// at most `ttl` past the oldest request still unanswered; with none unanswered, waits on.
+async fn next_answer(
+    inbound: &mut tonic::Streaming<pb::StreamAppendResponse>,
+    sent: &Mutex<VecDeque<(Instant, bool)>>,
+    ttl: Duration,
+) -> Result<Option<pb::StreamAppendResponse>, Failure> {
+    loop {
+        let oldest = lock(sent).front().map(|(at, _)| *at);
+        let wake = oldest.unwrap_or_else(Instant::now) + ttl;
+        match tokio::time::timeout_at(wake, inbound.next()).await {
+            Ok(Some(Ok(answer))) => {
+                if let Some((at, true)) = lock(sent).pop_front() {
+                    metrics::histogram!(holdfast_core::metric_names::RAFT_REPLICATE).record(at.elapsed().as_secs_f64());
+                }
+                return Ok(Some(answer));
+            }
+            Ok(Some(Err(status))) => return Err(classify(status)),
+            Ok(None) => return Ok(None),
+            // Only an answer overdue is a stall; an idle stream was just waiting.
+            Err(_) if oldest.is_some() => return Err(Failure::Timeout(ttl)),
+            Err(_) => continue,
+        }
+    }
+}
+
+/// Who an RPC error is between, for the answers of a stream that outlives its `&mut self`.
+#[derive(Clone, Copy)]
+struct Peer {
+    local: NodeId,
+    target: NodeId,
+}
+
+impl Peer {
+    fn rpc_error(self, action: RPCTypes, f: Failure) -> RpcError {
+        debug!(target = self.target, ?action, "raft rpc failed");
+        match f {
+            Failure::Unreachable(m) => RpcError::Unreachable(Unreachable::from_string(m)),
+            Failure::Network(m) => RpcError::Network(NetworkError::from_string(m)),
+            Failure::Timeout(timeout) => RpcError::Timeout(Timeout { action, id: self.local, target: self.target, timeout }),
         }
     }
 }

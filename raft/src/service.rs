@@ -1,15 +1,20 @@
 //! The server side of `holdfast.raft.v1.RaftService`: decodes peer RPCs and hands them to
 //! the local Raft node.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use holdfast_proto::raft::v1 as pb;
 use holdfast_proto::raft::v1::raft_service_server::{RaftService, RaftServiceServer};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, warn};
 
 use crate::convert;
+use crate::lock;
 use crate::network::SNAPSHOT_CHUNK_BYTES;
 use holdfast_core::ErrorCode;
 use holdfast_rpc::status::status;
@@ -68,8 +73,59 @@ fn stopped(e: impl fmt::Display) -> Status {
     Status::unavailable(format!("raft node stopped: {e}"))
 }
 
+/// The answers of one `StreamAppend` stream.
+type AnswerStream = Pin<Box<dyn Stream<Item = Result<pb::StreamAppendResponse, Status>> + Send + 'static>>;
+
 #[tonic::async_trait]
 impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
+    type StreamAppendStream = AnswerStream;
+
+    /// The leader's replication stream, handed to openraft's pipelined `stream_append`.
+    /// A request that does not decode ends the stream with `INVALID_ARGUMENT` after the
+    /// answers to those before it; the leader going away (a reset) just ends it.
+    async fn stream_append(&self, request: Request<Streaming<pb::AppendEntriesRequest>>) -> Result<Response<AnswerStream>, Status> {
+        let inbound = request.into_inner();
+        let refused: Arc<Mutex<Option<Status>>> = Arc::default();
+        // When each request carrying entries arrived (`None` for one without): answers
+        // come in request order, so the front is the one being answered.
+        let arrivals: Arc<Mutex<VecDeque<Option<Instant>>>> = Arc::default();
+        let (refused_in, arrivals_in) = (refused.clone(), arrivals.clone());
+        let input = inbound.scan((), move |_, msg| {
+            let next = match msg {
+                Ok(m) => match convert::append_request_from_pb(m) {
+                    Ok(req) => {
+                        lock(&arrivals_in).push_back((!req.entries.is_empty()).then(Instant::now));
+                        Some(req)
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "malformed AppendEntries on a replication stream: the stream ends");
+                        *lock(&refused_in) = Some(bad_request(e));
+                        None
+                    }
+                },
+                Err(status) => {
+                    debug!(%status, "replication stream closed by the leader");
+                    None
+                }
+            };
+            std::future::ready(next)
+        });
+        let answers = self.raft.stream_append(input).map(move |res| {
+            let arrived = lock(&arrivals).pop_front().flatten();
+            match res {
+                Ok(r) => {
+                    if let (Some(arrived), Ok(_)) = (arrived, &r) {
+                        metrics::histogram!(holdfast_core::metric_names::RAFT_FOLLOWER_APPEND).record(arrived.elapsed().as_secs_f64());
+                    }
+                    Ok(convert::stream_result_to_pb(&r))
+                }
+                Err(fatal) => Err(stopped(fatal)),
+            }
+        });
+        let last = futures_util::stream::once(async move { lock(&refused).take().map(Err) }).filter_map(std::future::ready);
+        Ok(Response::new(Box::pin(answers.chain(last))))
+    }
+
     async fn append_entries(&self, request: Request<pb::AppendEntriesRequest>) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         let arrived = std::time::Instant::now();
         let req = convert::append_request_from_pb(request.into_inner()).map_err(bad_request)?;

@@ -13,6 +13,8 @@ use std::io;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures_util::{Stream, StreamExt};
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{ReplicationClosed, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::OptionalSend;
@@ -21,8 +23,8 @@ use tracing::info;
 use crate::network::{GrpcConnection, GrpcNetworkFactory};
 use crate::sm_store::ReplicatedState;
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamingError, TransferLeaderRequest,
-    TransferLeaderResponse, TypeConfig, Vote, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, Node, NodeId, RpcError, Snapshot, SnapshotData, SnapshotResponse, StreamAppendResult, StreamingError,
+    TransferLeaderRequest, TransferLeaderResponse, TypeConfig, Vote, VoteRequest, VoteResponse,
 };
 
 /// What happens to RPCs on one directed link.
@@ -120,7 +122,7 @@ pub struct FaultyConnection {
     inner: GrpcConnection,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Link {
     from: NodeId,
     to: NodeId,
@@ -154,6 +156,13 @@ impl Link {
         self.check()?;
         Ok(r)
     }
+
+    /// Holds a message while the link is delayed.
+    async fn hold(&self) {
+        if let Some(LinkFault::Delay(d)) = self.faults.get(self.from, self.to) {
+            tokio::time::sleep(d).await;
+        }
+    }
 }
 
 fn rpc_cut(e: LinkCut) -> RpcError {
@@ -165,6 +174,43 @@ impl RaftNetworkV2<TypeConfig> for FaultyConnection {
 
     async fn append_entries(&mut self, rpc: AppendEntriesRequest, option: RPCOption) -> Result<AppendEntriesResponse, RpcError> {
         self.link.carry(self.inner.append_entries(rpc, option)).await.map_err(rpc_cut)?
+    }
+
+    /// The replication stream through the link: refused when cut, each request held
+    /// while delayed, no request sent once cut, and the stream ends `Unreachable` at the
+    /// first answer (or its end) after the cut.
+    fn stream_append<'s, S>(&'s mut self, input: S, option: RPCOption) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult, RpcError>>, RpcError>>
+    where
+        S: Stream<Item = AppendEntriesRequest> + OptionalSend + Unpin + 'static,
+    {
+        let link = self.link.clone();
+        Box::pin(async move {
+            link.check().map_err(rpc_cut)?;
+            let (delay, gate) = (link.clone(), link.clone());
+            let input = input
+                .then(move |req| {
+                    let delay = delay.clone();
+                    async move {
+                        delay.hold().await;
+                        req
+                    }
+                })
+                .take_while(move |_| std::future::ready(gate.check().is_ok()));
+            let answers = RaftNetworkV2::stream_append(&mut self.inner, Box::pin(input), option).await?;
+            let out = futures_util::stream::unfold(Some(answers), move |state| {
+                let link = link.clone();
+                async move {
+                    let mut answers = state?;
+                    let next = answers.next().await;
+                    match (link.check(), next) {
+                        (Err(cut), _) => Some((Err(rpc_cut(cut)), None)),
+                        (Ok(()), Some(answer)) => Some((answer, Some(answers))),
+                        (Ok(()), None) => None,
+                    }
+                }
+            });
+            Ok(out.boxed())
+        })
     }
 
     async fn vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RpcError> {

@@ -380,3 +380,142 @@ async fn a_restarted_follower_grants_no_vote_until_the_old_leaders_lease_has_pas
     c.wait_applied(&[1, 2, 3], idx, "after").await;
     c.shutdown().await;
 }
+
+/// Replication runs as one `StreamAppend` stream per follower. A request on it that does
+/// not decode ends the stream with `INVALID_ARGUMENT`; the follower serves on, and the
+/// leader's own stream to it still carries writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_request_on_a_replication_stream_is_refused_and_the_node_serves_on() {
+    use futures_util::StreamExt;
+    use holdfast_proto::raft::v1::raft_service_client::RaftServiceClient;
+    let _serial = serial().await;
+    let c = TestCluster::start(3, timings()).await;
+    let leader = c.leader(WAIT).await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let channel = holdfast_rpc::Transport::insecure().connect(&c.nodes[&follower].raft_addr().to_string()).await.expect("raft client");
+    let mut raft = RaftServiceClient::new(channel);
+    // No vote: not an AppendEntries a leader could send.
+    let mut answers = raft.stream_append(tokio_stream::iter(vec![pb::AppendEntriesRequest::default()])).await.expect("the stream opens").into_inner();
+    let e = answers.next().await.expect("an answer").expect_err("a malformed request refused");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(answers.next().await.is_none(), "the stream ends after the refusal");
+
+    let idx = c.write(1).await.expect("write").index;
+    c.wait_applied(&[1, 2, 3], idx, "after the refused stream").await;
+    assert_eq!(c.values(follower), vec![1]);
+    c.shutdown().await;
+}
+
+/// A follower that takes the replication stream and stops answering (frozen, or its
+/// packets dropped) must not wedge replication: once an answer is overdue by the RPC's
+/// soft TTL the stream ends with a timeout, and openraft opens a new one. A stream with
+/// nothing unanswered is idle, not stalled, and stays open. Nothing is dialled before
+/// openraft yields the first request (its backoff from an unreachable peer lives in the
+/// request stream). And a peer of an older version, without the stream, is replicated
+/// to one unary request at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_replication_stream_times_out_an_idle_one_stays_open_an_unreachable_peer_is_not_dialled_early_and_an_old_peer_gets_unary_calls() {
+    use std::pin::Pin;
+
+    use futures_util::{Stream, StreamExt};
+    use holdfast_proto::raft::v1::raft_service_server::{RaftService, RaftServiceServer};
+    use holdfast_raft::types::{AppendEntriesRequest, LeaderId, RpcError, Vote};
+    use holdfast_raft::{GrpcNetworkFactory, NetworkOptions, Node};
+    use openraft::network::{RPCOption, RaftNetworkV2};
+    use tonic::{Request, Response, Status, Streaming};
+
+    /// With `streams`, answers the first request of a replication stream and then no
+    /// other; without, knows no `StreamAppend` and answers unary AppendEntries.
+    struct Peer {
+        streams: bool,
+    }
+    type Answers = Pin<Box<dyn Stream<Item = Result<pb::StreamAppendResponse, Status>> + Send>>;
+    #[tonic::async_trait]
+    impl RaftService for Peer {
+        type StreamAppendStream = Answers;
+        async fn stream_append(&self, r: Request<Streaming<pb::AppendEntriesRequest>>) -> Result<Response<Answers>, Status> {
+            if !self.streams {
+                return Err(Status::unimplemented("StreamAppend"));
+            }
+            let mut inbound = r.into_inner();
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            tokio::spawn(async move {
+                let matched = pb::stream_append_response::Result::Matched(pb::stream_append_response::Matched { log_id: None });
+                if inbound.next().await.is_some() {
+                    let _ = tx.send(Ok(pb::StreamAppendResponse { result: Some(matched) })).await;
+                }
+                while inbound.next().await.is_some() {}
+                drop(tx);
+            });
+            Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        }
+        async fn append_entries(&self, _: Request<pb::AppendEntriesRequest>) -> Result<Response<pb::AppendEntriesResponse>, Status> {
+            let success = pb::append_entries_response::Result::Success(pb::append_entries_response::Success {});
+            Ok(Response::new(pb::AppendEntriesResponse { result: Some(success) }))
+        }
+        async fn vote(&self, _: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+            Err(Status::unimplemented("test peer"))
+        }
+        async fn pre_vote(&self, _: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+            Err(Status::unimplemented("test peer"))
+        }
+        async fn install_snapshot(&self, _: Request<Streaming<pb::InstallSnapshotRequest>>) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
+            Err(Status::unimplemented("test peer"))
+        }
+        async fn transfer_leader(&self, _: Request<pb::TransferLeaderRequest>) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+            Err(Status::unimplemented("test peer"))
+        }
+    }
+    async fn serve(peer: Peer) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let transport = holdfast_rpc::Transport::insecure();
+        let router = transport.grpc_server().add_service(RaftServiceServer::new(peer));
+        tokio::spawn(async move { transport.serve_grpc(router, listener, std::future::pending()).await });
+        addr
+    }
+    let heartbeat = || AppendEntriesRequest {
+        vote: Vote { leader_id: LeaderId { term: 1, node_id: 1 }, committed: true },
+        prev_log_id: None,
+        entries: vec![],
+        leader_commit: None,
+    };
+    let factory = GrpcNetworkFactory::new(1, NetworkOptions::default(), holdfast_rpc::Transport::insecure());
+    let option = RPCOption::new(Duration::from_millis(200));
+    let soft_ttl = option.soft_ttl();
+
+    info!("--- a follower that answers once, then goes mute: idle, then stalled");
+    let addr = serve(Peer { streams: true }).await;
+    let mut conn = factory.connect(2, &Node::new(&addr, &addr));
+    let (tx, rx) = tokio::sync::mpsc::channel::<AppendEntriesRequest>(4);
+    tx.send(heartbeat()).await.expect("send");
+    let mut answers = conn.stream_append(tokio_stream::wrappers::ReceiverStream::new(rx), option.clone()).await.expect("the stream opens");
+    let first = answers.next().await;
+    assert!(matches!(first, Some(Ok(Ok(None)))), "the first request answered: {first:?}");
+    assert!(tokio::time::timeout(soft_ttl * 4, answers.next()).await.is_err(), "an idle stream ended");
+    tx.send(heartbeat()).await.expect("send");
+    let sent = std::time::Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(10), answers.next()).await.expect("a stalled stream must end, not hang");
+    assert!(matches!(answer, Some(Err(RpcError::Timeout(_)))), "{answer:?}");
+    assert!(sent.elapsed() >= soft_ttl, "timed out after {:?}, before the soft TTL {soft_ttl:?}", sent.elapsed());
+    assert!(answers.next().await.is_none(), "nothing after the timeout");
+    drop(answers);
+
+    info!("--- an unreachable follower: nothing is dialled before openraft yields a request");
+    // openraft backs off inside the request stream; a dial before it would make every
+    // refused connection an immediate retry (a tight reconnect loop).
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind").local_addr().expect("addr").to_string();
+    let mut conn = factory.connect(4, &Node::new(&closed, &closed));
+    let waiting = conn.stream_append(futures_util::stream::pending::<AppendEntriesRequest>(), option.clone());
+    assert!(tokio::time::timeout(soft_ttl * 2, waiting).await.is_err(), "it dialled before the first request");
+    let refused = conn.stream_append(tokio_stream::iter(vec![heartbeat()]), option.clone()).await.err();
+    assert!(matches!(refused, Some(RpcError::Unreachable(_))), "{refused:?}");
+
+    info!("--- a follower of an older version, without the stream");
+    let addr = serve(Peer { streams: false }).await;
+    let mut conn = factory.connect(3, &Node::new(&addr, &addr));
+    let refused = conn.stream_append(tokio_stream::iter(vec![heartbeat()]), option.clone()).await.err();
+    assert!(matches!(refused, Some(RpcError::Network(_))), "the first stream is refused: {refused:?}");
+    let answers: Vec<_> = conn.stream_append(tokio_stream::iter(vec![heartbeat(), heartbeat()]), option).await.expect("unary from now on").collect().await;
+    assert!(matches!(answers.as_slice(), [Ok(Ok(None)), Ok(Ok(None))]), "{answers:?}");
+}
