@@ -285,14 +285,12 @@ async fn membership_changes_while_writes_go_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_header_claiming_too_much_is_refused_and_the_node_serves_on() {
     use holdfast_proto::raft::v1::install_snapshot_request::Part;
-    use holdfast_proto::raft::v1::raft_service_client::RaftServiceClient;
     use holdfast_raft::MAX_SNAPSHOT_BYTES;
     let _serial = serial().await;
     let c = TestCluster::start(3, timings()).await;
     let leader = c.leader(WAIT).await;
     let follower = (1..=3).find(|id| *id != leader).expect("a follower");
-    let channel = holdfast_rpc::Transport::insecure().connect(&c.nodes[&follower].raft_addr().to_string()).await.expect("raft client");
-    let mut raft = RaftServiceClient::new(channel);
+    let mut raft = raw_raft_client(&c, follower).await;
     let header = |total_bytes: u64| pb::InstallSnapshotRequest {
         part: Some(Part::Header(pb::SnapshotHeader {
             vote: Some(pb::Vote { leader_id: Some(pb::LeaderId { term: 1, node_id: leader }), committed: true }),
@@ -320,10 +318,7 @@ async fn a_snapshot_header_claiming_too_much_is_refused_and_the_node_serves_on()
     let grown = holdfast_testkit::rss_bytes(None).saturating_sub(rss_before);
     assert!(grown < 64 << 20, "the claims made this process grow by {} MiB", grown >> 20);
 
-    // The follower still follows: a write reaches every node.
-    let idx = c.write(1).await.expect("write").index;
-    c.wait_applied(&[1, 2, 3], idx, "after the refused snapshots").await;
-    assert_eq!(c.values(follower), vec![1]);
+    still_follows(&c, follower, "after the refused snapshots").await;
     c.shutdown().await;
 }
 
@@ -387,22 +382,18 @@ async fn a_restarted_follower_grants_no_vote_until_the_old_leaders_lease_has_pas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_request_on_a_replication_stream_is_refused_and_the_node_serves_on() {
     use futures_util::StreamExt;
-    use holdfast_proto::raft::v1::raft_service_client::RaftServiceClient;
     let _serial = serial().await;
     let c = TestCluster::start(3, timings()).await;
     let leader = c.leader(WAIT).await;
     let follower = (1..=3).find(|id| *id != leader).expect("a follower");
-    let channel = holdfast_rpc::Transport::insecure().connect(&c.nodes[&follower].raft_addr().to_string()).await.expect("raft client");
-    let mut raft = RaftServiceClient::new(channel);
+    let mut raft = raw_raft_client(&c, follower).await;
     // No vote: not an AppendEntries a leader could send.
     let mut answers = raft.stream_append(tokio_stream::iter(vec![pb::AppendEntriesRequest::default()])).await.expect("the stream opens").into_inner();
     let e = answers.next().await.expect("an answer").expect_err("a malformed request refused");
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(answers.next().await.is_none(), "the stream ends after the refusal");
 
-    let idx = c.write(1).await.expect("write").index;
-    c.wait_applied(&[1, 2, 3], idx, "after the refused stream").await;
-    assert_eq!(c.values(follower), vec![1]);
+    still_follows(&c, follower, "after the refused stream").await;
     c.shutdown().await;
 }
 
@@ -518,4 +509,17 @@ async fn a_stalled_replication_stream_times_out_an_idle_one_stays_open_an_unreac
     assert!(matches!(refused, Some(RpcError::Network(_))), "the first stream is refused: {refused:?}");
     let answers: Vec<_> = conn.stream_append(tokio_stream::iter(vec![heartbeat(), heartbeat()]), option).await.expect("unary from now on").collect().await;
     assert!(matches!(answers.as_slice(), [Ok(Ok(None)), Ok(Ok(None))]), "{answers:?}");
+}
+
+/// A bare `RaftService` client to node `id`, as a misbehaving peer would dial it.
+async fn raw_raft_client(c: &TestCluster, id: NodeId) -> holdfast_proto::raft::v1::raft_service_client::RaftServiceClient<holdfast_rpc::Channel> {
+    let channel = holdfast_rpc::Transport::insecure().connect(&c.nodes[&id].raft_addr().to_string()).await.expect("raft client");
+    holdfast_proto::raft::v1::raft_service_client::RaftServiceClient::new(channel)
+}
+
+/// After a refused request, `follower` still follows: a write reaches every node.
+async fn still_follows(c: &TestCluster, follower: NodeId, after: &str) {
+    let idx = c.write(1).await.expect("write").index;
+    c.wait_applied(&[1, 2, 3], idx, after).await;
+    assert_eq!(c.values(follower), vec![1]);
 }
