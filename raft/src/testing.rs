@@ -148,10 +148,8 @@ impl Link {
     /// lost if the link was cut meanwhile.
     async fn carry<T>(&self, rpc: impl Future<Output = T>) -> Result<T, LinkCut> {
         self.check()?;
-        if let Some(LinkFault::Delay(d)) = self.faults.get(self.from, self.to) {
-            tokio::time::sleep(d).await;
-            self.check()?;
-        }
+        self.hold().await;
+        self.check()?;
         let r = rpc.await;
         self.check()?;
         Ok(r)
