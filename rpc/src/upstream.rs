@@ -34,6 +34,8 @@ use tracing::debug;
 /// The longest pause between passes while members answer NOT_LEADER or UNAVAILABLE
 /// (a failover under way).
 const FAILOVER_POLL: Duration = Duration::from_millis(100);
+/// The last pass starts this long before a retrying call gives up.
+const LAST_PASS_LEAD: Duration = Duration::from_millis(20);
 /// How long a member that failed is tried after the others.
 const DEMOTED_FOR: Duration = Duration::from_secs(3);
 
@@ -309,6 +311,7 @@ impl Upstream {
         let never = CancellationToken::new();
         let stop = retry.stop.unwrap_or(&never);
         let mut backoff = Backoff::new(retry.policy);
+        let mut last_pass = false;
         loop {
             let budget = Budget::per_attempt(per_attempt());
             let outcome = tokio::select! {
@@ -331,15 +334,78 @@ impl Upstream {
                 CallError::Refused { code: ErrorCode::NotLeader | ErrorCode::Unavailable, .. } => backoff.next_delay().min(FAILOVER_POLL),
                 _ => backoff.next_delay(),
             };
-            if Instant::now() + delay >= retry.give_up {
+            let Some(pause) = pause_before(delay, retry.give_up.saturating_duration_since(Instant::now()), &mut last_pass) else {
                 return Err(Some(error));
-            }
-            on_retry(&error, delay);
+            };
+            on_retry(&error, pause);
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return Err(None),
-                _ = tokio::time::sleep(delay) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
+    }
+}
+
+/// How long to pause before the next pass, with `remaining`
+/// until `give_up` — or `None`: give up now. A backoff `delay` that would reach
+/// `give_up` is cut short of it, and the pass after it is the last (`last_pass`
+/// set): a wait of N seconds keeps trying for N seconds, not N minus the backoff's
+/// last pause (up to `RetryPolicy::max`).
+fn pause_before(delay: Duration, remaining: Duration, last_pass: &mut bool) -> Option<Duration> {
+    if *last_pass || remaining <= LAST_PASS_LEAD {
+        return None;
+    }
+    if delay + LAST_PASS_LEAD < remaining {
+        return Some(delay);
+    }
+    *last_pass = true;
+    Some(remaining - LAST_PASS_LEAD)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pause_that_would_reach_give_up_is_cut_and_one_last_pass_follows() {
+        let ms = Duration::from_millis;
+        let mut last = false;
+        assert_eq!(pause_before(ms(100), ms(1000), &mut last), Some(ms(100)));
+        assert!(!last);
+        // A 2 s pause with 1 s left: cut to end a lead before give-up, then one pass.
+        assert_eq!(pause_before(ms(2000), ms(1000), &mut last), Some(ms(1000) - LAST_PASS_LEAD));
+        assert!(last);
+        assert_eq!(pause_before(ms(0), ms(1000), &mut last), None, "after the last pass, give up");
+        let mut last = false;
+        assert_eq!(pause_before(ms(10), LAST_PASS_LEAD, &mut last), None, "no time left for a pass");
+    }
+
+    /// A member that never answers, and a backoff of up to 2 s against a 300 ms wait:
+    /// the call keeps passing until its give-up, not until the first long pause.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_retrying_call_tries_until_it_gives_up_not_until_a_pause_would_pass_it() {
+        crate::entropy::seed_this_thread(Some(7));
+        let wait = Duration::from_millis(300);
+        let policy = RetryPolicy { initial: Duration::from_secs(2), max: Duration::from_secs(2), give_up_after: wait };
+        let upstream = Upstream::new(&Transport::insecure(), vec!["127.0.0.1:9".to_owned()], Hints::Members);
+        let passes = std::cell::Cell::new(0);
+        let mut pauses = Vec::new();
+        let started = Instant::now();
+        let outcome = upstream
+            .call_retrying(
+                || Duration::from_secs(1),
+                Retry::by(policy),
+                |_, pause| pauses.push(pause),
+                |_| {
+                    passes.set(passes.get() + 1);
+                    async { Err::<tonic::Response<()>, _>(Status::unavailable("no answer")) }
+                },
+            )
+            .await;
+        crate::entropy::seed_this_thread(None);
+        assert!(matches!(outcome, Err(Some(CallError::Unreachable(_)))), "{outcome:?}");
+        assert!(started.elapsed() >= wait - LAST_PASS_LEAD, "gave up after {:?} of a {wait:?} wait (pauses {pauses:?})", started.elapsed());
+        assert!(passes.get() >= 2, "{} passes (pauses {pauses:?})", passes.get());
     }
 }
