@@ -35,10 +35,10 @@ RAFT_TESTS = [*SERVER_TESTS[:-1], "-p", "holdfast-raft", "--lib"]
 
 # (name, file, exact text, replacement, cargo test args)
 MUTANTS = [
-    ("a deposed leader answers a waiter with the grant it applies late", "cells/server/src/service.rs",
-     "Ok(Ok(WaitResult::Granted(token))) if self.cell.group.leader_in_term(term).is_some() => {",
-     "Ok(Ok(WaitResult::Granted(token))) => {",
-     ["-p", "holdfast-cell", "--test", "cell", "--", "a_deposed_leader_does_not_answer_a_waiter"]),
+    ("a deposed leader keeps a waiter waiting, and answers it with the grant it applies late", "cells/server/src/service.rs",
+     "() = self.cell.group.deposed(term) => None,",
+     "() = std::future::pending::<()>() => None,",
+     ["-p", "holdfast-cell", "--test", "cell", "--", "deposed"]),
     ("a stalled replication stream waits forever", "raft/src/network.rs",
      "Err(_) if oldest.is_some() => return Err(Failure::Timeout(ttl)),", "Err(_) if false => return Err(Failure::Timeout(ttl)),",
      ["-p", "holdfast-raft", "--test", "cluster", "--", "a_stalled_replication_stream"]),

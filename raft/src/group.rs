@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use holdfast_core::ErrorCode;
 use holdfast_rpc::CancellationToken;
+use openraft::async_runtime::WatchReceiver;
 use tonic::Status;
 use tracing::{warn, Instrument};
 
@@ -101,6 +102,19 @@ impl<S: ReplicatedState> Group<S> {
     pub fn leader_in_term(&self, term: u64) -> Option<Leader> {
         let leader = self.assume_leader().ok()?;
         (self.term() == term).then_some(leader)
+    }
+
+    /// Returns once this node no longer leads in `term` — it heard a higher term, or
+    /// its Raft stopped — as [`Group::leader_in_term`] would say. A call that
+    /// waits on this leader's word (a queued acquire) ends then: a deposed node hears
+    /// the log late, if at all.
+    pub async fn deposed(&self, term: u64) {
+        let mut metrics = self.raft.metrics();
+        while self.leader_in_term(term).is_some() {
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Waits until this node leads and has applied everything earlier leaders committed

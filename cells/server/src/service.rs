@@ -279,7 +279,7 @@ impl LockService for LockApi {
             return Err(invalid(format!("wait_timeout_ms {} exceeds {} ms", r.wait_timeout_ms, MAX_WAIT.as_millis())));
         }
         let leader = self.cell.assume_leader()?;
-        // A queued grant is answered only by the leader of this term (below).
+        // A queued request waits only while this node leads in this term (below).
         let term = self.cell.group.term();
         self.cell.check_session_owner(&ctx, session)?;
         let cmd =
@@ -312,27 +312,33 @@ impl LockService for LockApi {
                     clock.track_wait(session, rid.clone(), started + wait);
                 }
                 let queued = Instant::now();
-                let woken = tokio::time::timeout(wait.saturating_sub(started.elapsed()) + WAIT_GRACE, woken)
-                    .instrument(tracing::info_span!("lock.queue_wait", lock = %name))
-                    .await;
+                let woken = tokio::select! {
+                    biased;
+                    // Deposed while the call waited: this node hears the log late, if
+                    // at all — cut off, or catching up behind a seal that has since
+                    // moved the shard on, it would wake on a grant whose hold is long
+                    // gone. The wait ends now; the caller retries with the same request
+                    // id at the leader, which knows where the request stands.
+                    () = self.cell.group.deposed(term) => None,
+                    woken = tokio::time::timeout(wait.saturating_sub(started.elapsed()) + WAIT_GRACE, woken)
+                        .instrument(tracing::info_span!("lock.queue_wait", lock = %name)) => Some(woken),
+                };
                 queue_time = queued.elapsed();
                 match woken {
-                    // A node deposed while the call waited wakes when it applies the
-                    // grant, which may be long after: catching up after a partition,
-                    // behind a seal that has since moved the shard on. It must not
-                    // hand out the grant; the caller retries at the leader, which knows
-                    // whether that hold still stands.
-                    Ok(Ok(WaitResult::Granted(token))) if self.cell.group.leader_in_term(term).is_some() => {
+                    None => {
+                        Err(status(ErrorCode::Unavailable, format!("this node stopped leading while request {rid} waited; retry it with the same request_id")))
+                    }
+                    Some(Ok(Ok(WaitResult::Granted(token)))) => {
                         crate::metrics::waited(&shard.ns, queue_time);
                         granted(token)
                     }
-                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Timeout))) => {
+                    Some(Ok(Ok(WaitResult::Dequeued(DequeueReason::Timeout)))) => {
                         Err(status(ErrorCode::Timeout, format!("not granted within {} ms", wait.as_millis())))
                     }
-                    Ok(Ok(WaitResult::Dequeued(DequeueReason::SessionEnded))) => {
+                    Some(Ok(Ok(WaitResult::Dequeued(DequeueReason::SessionEnded)))) => {
                         Err(status(ErrorCode::SessionExpired, format!("session {session} ended while waiting")))
                     }
-                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Moved))) => Err(status(ErrorCode::NotOwner, format!("shard {shard} moved while waiting"))),
+                    Some(Ok(Ok(WaitResult::Dequeued(DequeueReason::Moved)))) => Err(status(ErrorCode::NotOwner, format!("shard {shard} moved while waiting"))),
                     // The timeout's commit did not arrive: the outcome is unknown, never "absent".
                     _ => Err(status(ErrorCode::Unavailable, "wait outcome unknown (leader change?); retry with the same request_id")),
                 }

@@ -460,6 +460,41 @@ async fn a_waiting_acquire_leaves_no_wake_up_behind_however_it_ends() {
     cell.shutdown().await;
 }
 
+/// A leader deposed while a call waits in its queue ends that wait at once, instead of
+/// leaving the caller blind until the wait's deadline: the retry with the same request
+/// id at the new leader finds the request where it stands (still queued, here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_ends_a_waiting_call_at_once_and_the_retry_keeps_its_place() {
+    let _g = serial().await;
+    let cell = TestCell::start(0).await;
+    let old = cell.leader().await;
+    let mut c_old = cell.client(old).await;
+    let (a, b) = (create_session(&mut c_old, 10_000).await, create_session(&mut c_old, 10_000).await);
+    let ta = c_old.acquire(acquire_req(a, "x", "a-1", 0)).await.unwrap().into_inner().token;
+    let mut waiter = c_old.clone();
+    let waiting = tokio::spawn(async move { waiter.acquire(acquire_req(b, "x", "b-1", 20_000)).await });
+    let deadline = Instant::now() + WAIT;
+    while cell.nodes[&old].armed_wakeups() == 0 {
+        assert!(Instant::now() < deadline, "the waiting acquire never armed its wake-up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    info!("--- the leader is deposed; its waiting call ends long before its 20 s wait");
+    let new = cell.force_leader_change().await;
+    let answer = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("the deposed leader kept the call waiting").unwrap();
+    let e = answer.expect_err("nothing was released: no grant");
+    assert!(["UNAVAILABLE", "NOT_LEADER"].contains(&code(&e).as_str()), "{e:?}");
+
+    info!("--- the retry at the new leader keeps the request's place in the queue, and is granted next");
+    let mut c_new = cell.client(new).await;
+    let e = c_new.acquire(acquire_req(b, "x", "b-1", 0)).await.unwrap_err();
+    assert_eq!(code(&e), "LOCK_HELD", "still queued: {e:?}");
+    c_new.release(pb::ReleaseRequest { shard: shard(), name: "x".into(), token: ta }).await.unwrap();
+    let tb = c_new.acquire(acquire_req(b, "x", "b-1", 5_000)).await.unwrap().into_inner().token;
+    assert!(tb > ta, "{tb} after {ta}");
+    cell.shutdown().await;
+}
+
 /// A leader cut off while an acquire waits in its queue is deposed; the new leader
 /// grants that waiter, and the hold ends again, before the old leader hears of either.
 /// Healed, the old leader applies the grant long after the fact. It must not answer the
