@@ -21,6 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
+/// How long a channel's HTTP/2 connection remembers a stream it cancelled: longer than
+/// any process runs, so only the count (h2 keeps the last 50) forgets one.
+const RESET_STREAM_REMEMBERED: Duration = Duration::from_secs(24 * 3600);
+
 /// Transport settings. Every field has a default; a config file's `[transport]`
 /// section (or `HOLDFAST_TRANSPORT__<FIELD>`) overrides them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,7 +206,14 @@ impl Transport {
             // guards a client against a hostile server; ours are holdfast's own peers
             // (authenticated under TLS), so it is lifted. Servers keep their limits.
             // (gateway/tests/gateway.rs, cancelled_streams_...)
-            .http2_max_local_error_reset_streams(None))
+            .http2_max_local_error_reset_streams(None)
+            // A cancelled stream is remembered (so a late frame for it is dropped without
+            // a reset in answer) for as long as it is among the last few cancelled: by
+            // count, never by time. h2 would forget it after one second of the machine's
+            // clock, which the deterministic simulation does not control: whether a late
+            // answer on a dropped replication stream drew a reset then depended on how
+            // fast the machine ran, and a seed's history with it (docs/simulation.md).
+            .http2_reset_stream_duration(RESET_STREAM_REMEMBERED))
     }
 
     fn connector(&self) -> Connector {

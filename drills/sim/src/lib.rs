@@ -60,6 +60,10 @@ pub struct Options {
     /// for a few seconds). On by default; off (`--no-slow-disk`) replays the histories
     /// of the seeds run before it was (docs/simulation.md).
     pub slow_disk: bool,
+    /// Real time slept after every step (`--real-pause-us`): the machine's clock runs
+    /// on while simulated time does not. A seed's history must not change with it;
+    /// the replay test runs one process slowed so (docs/simulation.md).
+    pub real_pause: Duration,
 }
 
 /// The step of simulated time unless `--tick-ms` says otherwise (turmoil's default).
@@ -67,7 +71,16 @@ pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
 
 impl Options {
     pub fn new(seed: u64) -> Options {
-        Options { seed, workload: Workload::default(), faults: true, plant: None, moves: false, tick: DEFAULT_TICK, slow_disk: true }
+        Options {
+            seed,
+            workload: Workload::default(),
+            faults: true,
+            plant: None,
+            moves: false,
+            tick: DEFAULT_TICK,
+            slow_disk: true,
+            real_pause: Duration::ZERO,
+        }
     }
 }
 
@@ -396,7 +409,12 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
     let result = loop {
         match sim.step() {
             Ok(true) => break Ok(()),
-            Ok(false) => faults.step(&mut sim, &mut dice, &log),
+            Ok(false) => {
+                faults.step(&mut sim, &mut dice, &log);
+                if !opts.real_pause.is_zero() {
+                    std::thread::sleep(opts.real_pause);
+                }
+            }
             Err(e) => break Err(e.to_string()),
         }
     };

@@ -70,7 +70,7 @@ fn in_harness(file: &str) -> bool {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--no-slow-disk]");
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--no-slow-disk] [--real-pause-us U]");
     std::process::exit(2)
 }
 
@@ -95,6 +95,7 @@ fn main() {
                 until_found = true;
             }
             "--until-found" => until_found = true,
+            "--real-pause-us" => base.real_pause = Duration::from_micros(num()),
             "--tick-ms" => match num() {
                 t @ 1..=100 => base.tick = Duration::from_millis(t),
                 _ => usage(),
