@@ -447,11 +447,7 @@ async fn a_waiting_acquire_leaves_no_wake_up_behind_however_it_ends() {
     info!("--- waited, then granted when the holder released");
     let mut waiter = c.clone();
     let waiting = tokio::spawn(async move { waiter.acquire(acquire_req(b, "x", "b-2", 10_000)).await });
-    let deadline = Instant::now() + WAIT;
-    while cell.nodes[&l].armed_wakeups() == 0 {
-        assert!(Instant::now() < deadline, "the waiting acquire never armed its wake-up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    cell.wait_armed(l).await;
     let d = c.describe(pb::DescribeRequest { shard: shard(), name: "x".into() }).await.unwrap().into_inner();
     c.release(pb::ReleaseRequest { shard: shard(), name: "x".into(), token: d.holders[0].token }).await.unwrap();
     waiting.await.unwrap().expect("granted after the release");
@@ -467,17 +463,7 @@ async fn a_waiting_acquire_leaves_no_wake_up_behind_however_it_ends() {
 async fn a_deposed_leader_ends_a_waiting_call_at_once_and_the_retry_keeps_its_place() {
     let _g = serial().await;
     let cell = TestCell::start(0).await;
-    let old = cell.leader().await;
-    let mut c_old = cell.client(old).await;
-    let (a, b) = (create_session(&mut c_old, 10_000).await, create_session(&mut c_old, 10_000).await);
-    let ta = c_old.acquire(acquire_req(a, "x", "a-1", 0)).await.unwrap().into_inner().token;
-    let mut waiter = c_old.clone();
-    let waiting = tokio::spawn(async move { waiter.acquire(acquire_req(b, "x", "b-1", 20_000)).await });
-    let deadline = Instant::now() + WAIT;
-    while cell.nodes[&old].armed_wakeups() == 0 {
-        assert!(Instant::now() < deadline, "the waiting acquire never armed its wake-up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let HeldAndQueued { leader: _, holder_token: ta, waiter: b, waiting } = held_and_queued(&cell, Duration::from_millis(20_000)).await;
 
     info!("--- the leader is deposed; its waiting call ends long before its 20 s wait");
     let new = cell.force_leader_change().await;
@@ -506,17 +492,7 @@ async fn a_deposed_leader_ends_a_waiting_call_at_once_and_the_retry_keeps_its_pl
 async fn a_deposed_leader_does_not_answer_a_waiter_with_a_grant_it_applies_late() {
     let _g = serial().await;
     let cell = TestCell::start(0).await;
-    let old = cell.leader().await;
-    let mut c_old = cell.client(old).await;
-    let (a, b) = (create_session(&mut c_old, 10_000).await, create_session(&mut c_old, 10_000).await);
-    let ta = c_old.acquire(acquire_req(a, "x", "a-1", 0)).await.unwrap().into_inner().token;
-    let mut waiter = c_old.clone();
-    let waiting = tokio::spawn(async move { waiter.acquire(acquire_req(b, "x", "b-1", 15_000)).await });
-    let deadline = Instant::now() + WAIT;
-    while cell.nodes[&old].armed_wakeups() == 0 {
-        assert!(Instant::now() < deadline, "the waiting acquire never armed its wake-up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let HeldAndQueued { leader: old, holder_token: ta, waiter: b, waiting } = held_and_queued(&cell, Duration::from_millis(15_000)).await;
 
     info!("--- the leader is cut off; a new one grants the waiter, and that hold ends");
     let others: Vec<u64> = cell.nodes.keys().copied().filter(|id| *id != old).collect();
@@ -550,4 +526,24 @@ async fn a_deposed_leader_does_not_answer_a_waiter_with_a_grant_it_applies_late(
     let e = c_new.acquire(acquire_req(b, "x", "b-1", 0)).await.unwrap_err();
     assert_eq!(code(&e), "NOT_HOLDER", "{e:?}");
     cell.shutdown().await;
+}
+
+/// At the leader: session `a` holds `x` (its token), session `b`'s acquire of `x` waits
+/// in the queue for up to `wait` (request id `b-1`), its wake-up armed.
+struct HeldAndQueued {
+    leader: u64,
+    holder_token: u64,
+    waiter: u64,
+    waiting: tokio::task::JoinHandle<Result<tonic::Response<pb::AcquireResponse>, tonic::Status>>,
+}
+
+async fn held_and_queued(cell: &TestCell, wait: Duration) -> HeldAndQueued {
+    let leader = cell.leader().await;
+    let mut c = cell.client(leader).await;
+    let (a, b) = (create_session(&mut c, 10_000).await, create_session(&mut c, 10_000).await);
+    let holder_token = c.acquire(acquire_req(a, "x", "a-1", 0)).await.unwrap().into_inner().token;
+    let wait_ms = wait.as_millis() as u64;
+    let waiting = tokio::spawn(async move { c.acquire(acquire_req(b, "x", "b-1", wait_ms)).await });
+    cell.wait_armed(leader).await;
+    HeldAndQueued { leader, holder_token, waiter: b, waiting }
 }

@@ -168,6 +168,16 @@ impl TestCell {
         }
     }
 
+    /// Waits until a call parked in `node`'s lock queue has armed its wake-up, within
+    /// [`WAIT`].
+    pub async fn wait_armed(&self, node: u64) {
+        let deadline = Instant::now() + WAIT;
+        while self.nodes[&node].armed_wakeups() == 0 {
+            assert!(Instant::now() < deadline, "the waiting acquire never armed its wake-up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The node that leads and runs its lease clock, among the running ones.
     pub async fn leader(&self) -> u64 {
         self.leader_among(&self.nodes.keys().copied().collect::<Vec<_>>()).await
