@@ -46,7 +46,9 @@ pub enum MemberCmd {
     },
     /// Replace a voter by a new node, in one step: the new node catches up as a
     /// learner, then the voter set changes from the old to the new one (the old node,
-    /// dead or alive, leaves).
+    /// dead or alive, leaves). With the old node's own id (a node that lost its volume
+    /// and came back empty under its id): it is removed first, then joins again on its
+    /// new disk (docs/runbooks/lost-volume.md).
     ///
     /// Example: holdfast cell member replace --raft-endpoint east-1-0.example:7301 --old 3 \
     ///            --member 4=east-1-3.example:7301,east-1-3.example:7300 --cell east-1 --region east
@@ -130,11 +132,23 @@ pub async fn run(cmd: MemberCmd) -> Result<(), String> {
             if !voters.contains(old) {
                 return Err(format!("node {old} is not a voter (voters: {voters:?})"));
             }
-            if voters.contains(&new.node_id) {
-                return Err(format!("node {} is a voter already: a replacement needs a new id", new.node_id));
+            if new.node_id == *old {
+                // The same id on a new disk (a recreated volume): the group refuses it
+                // as the member it knew (docs/runbooks/lost-volume.md) until it has left
+                // and joined again, which records its new disk.
+                let without: BTreeSet<u64> = voters.iter().copied().filter(|v| v != old).collect();
+                eprintln!("node {old} comes back on a new disk: removing it, then adding it again ({voters:?} -> {without:?})");
+                change_voters(t, &endpoints, &without).await?;
+                let leader = find_leader(t, &endpoints).await?.0;
+                add_learner(t, &endpoints, &leader, new.clone()).await?;
+                voters.clone()
+            } else {
+                if voters.contains(&new.node_id) {
+                    return Err(format!("node {} is a voter already: a replacement needs a new id, or the id it replaces", new.node_id));
+                }
+                add_learner(t, &endpoints, &leader, new.clone()).await?;
+                voters.iter().copied().filter(|v| v != old).chain([new.node_id]).collect()
             }
-            add_learner(t, &endpoints, &leader, new.clone()).await?;
-            voters.iter().copied().filter(|v| v != old).chain([new.node_id]).collect()
         }
     };
     eprintln!("changing voters {voters:?} -> {target:?}");
@@ -174,6 +188,8 @@ fn members_view(m: &rpb::MetricsResponse) -> Value {
                         "leader": m.has_leader && m.leader_id == *id,
                         "raft": n.raft_addr,
                         "client": n.client_addr,
+                        // The disk the group knows it by (docs/runbooks/lost-volume.md); "" if not recorded.
+                        "disk": if n.disk == 0 { String::new() } else { format!("{:016x}", n.disk) },
                     })
                 })
                 .collect()

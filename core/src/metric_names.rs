@@ -25,6 +25,7 @@ pub const RAFT_PROPOSE: &str = "holdfast_raft_propose_seconds";
 pub const RAFT_STAGE: &str = "holdfast_raft_stage_seconds";
 pub const RAFT_REPLICATE: &str = "holdfast_raft_replicate_seconds";
 pub const RAFT_FOLLOWER_APPEND: &str = "holdfast_raft_follower_append_seconds";
+pub const RAFT_DISK_REFUSED: &str = "holdfast_raft_disk_refused_total";
 // ---- ownership
 pub const SHARD_EPOCH: &str = "holdfast_shard_epoch";
 // ---- registry

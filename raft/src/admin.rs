@@ -12,7 +12,9 @@ use tonic::{Request, Response, Status};
 use tracing::info;
 
 use crate::convert;
-use crate::error::{InitError, WriteError};
+use crate::error::WriteError;
+use crate::identity::DiskIdentity;
+use crate::network::GrpcNetworkFactory;
 use crate::sm_store::ReplicatedState;
 use crate::types::{ChangeMembers, ClientWriteResponse, Node, NodeId, Raft, RaftMetrics, ServerState};
 use holdfast_rpc::status::status;
@@ -20,6 +22,10 @@ use holdfast_rpc::status::status;
 /// Serves the admin RPCs of one node.
 pub struct RaftAdminService<S: ReplicatedState> {
     raft: Raft<S>,
+    /// This node's own id and disk.
+    identity: DiskIdentity,
+    /// Dials a joining member to learn its disk.
+    peers: GrpcNetworkFactory,
 }
 
 impl<S: ReplicatedState> fmt::Debug for RaftAdminService<S> {
@@ -29,8 +35,12 @@ impl<S: ReplicatedState> fmt::Debug for RaftAdminService<S> {
 }
 
 impl<S: ReplicatedState> RaftAdminService<S> {
-    pub fn new(raft: Raft<S>) -> Self {
-        RaftAdminService { raft }
+    pub(crate) fn new(raft: Raft<S>, identity: DiskIdentity, peers: GrpcNetworkFactory) -> Self {
+        RaftAdminService { raft, identity, peers }
+    }
+
+    async fn identified(&self, id: NodeId, node: Node, pristine: bool) -> Result<Node, Status> {
+        crate::identity::joining(self.identity, &self.peers, id, node, pristine).await.map_err(|e| status(e.code(), e.to_string()))
     }
 
     pub fn into_server(self) -> RaftAdminServer<Self> {
@@ -85,12 +95,12 @@ pub fn metrics_to_pb(m: &RaftMetrics) -> pb::MetricsResponse {
 #[tonic::async_trait]
 impl<S: ReplicatedState> RaftAdmin for RaftAdminService<S> {
     async fn initialize(&self, request: Request<pb::InitializeRequest>) -> Result<Response<pb::InitializeResponse>, Status> {
-        let members: BTreeMap<NodeId, Node> = request.into_inner().members.iter().map(member_node).collect::<Result<_, _>>()?;
-        if members.is_empty() {
+        let named: BTreeMap<NodeId, Node> = request.into_inner().members.iter().map(member_node).collect::<Result<_, _>>()?;
+        if named.is_empty() {
             return Err(status(ErrorCode::InvalidArgument, "no members"));
         }
-        info!(members = ?members.keys().collect::<Vec<_>>(), "initializing raft group");
-        self.raft.initialize(members).await.map_err(|e| InitError::from(e).to_status())?;
+        info!(members = ?named.keys().collect::<Vec<_>>(), "initializing raft group");
+        crate::node::initialize(&self.raft, self.identity, &self.peers, named).await.map_err(|e| e.to_status())?;
         Ok(Response::new(pb::InitializeResponse {}))
     }
 
@@ -98,6 +108,20 @@ impl<S: ReplicatedState> RaftAdmin for RaftAdminService<S> {
         let req = request.into_inner();
         let learner = req.learner.ok_or_else(|| status(ErrorCode::InvalidArgument, "no learner"))?;
         let (id, node) = member_node(&learner)?;
+        let node = self.identified(id, node, false).await?;
+        // A member known by another disk came back on a new one: it joins again only
+        // once it was removed, so the group never counts it as holding what it lost.
+        let known = crate::node::current_metrics(&self.raft).membership_config.membership().get_node(&id).cloned();
+        if let Some(known) = known.filter(|k| k.disk != 0 && k.disk != node.disk) {
+            return Err(status(
+                ErrorCode::AlreadyExists,
+                format!(
+                    "node {id} is a member on disk {}, and now runs on disk {}: remove it from the group first, then add it again (docs/runbooks/lost-volume.md)",
+                    crate::identity::disk_header(known.disk),
+                    crate::identity::disk_header(node.disk)
+                ),
+            ));
+        }
         info!(learner = id, %node, "adding learner");
         let r = self.raft.add_learner(id, node, req.blocking).await.map_err(|e| WriteError::from(e).to_status())?;
         Ok(Response::new(change_response(r)))

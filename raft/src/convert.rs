@@ -55,11 +55,11 @@ pub fn vote_from_pb(v: Option<pb::Vote>) -> Result<Vote, DecodeError> {
 }
 
 pub fn node_to_pb(n: &Node) -> pb::Node {
-    pb::Node { raft_addr: n.raft_addr.clone(), client_addr: n.client_addr.clone() }
+    pb::Node { raft_addr: n.raft_addr.clone(), client_addr: n.client_addr.clone(), disk: n.disk }
 }
 
 pub fn node_from_pb(n: pb::Node) -> Node {
-    Node { raft_addr: n.raft_addr, client_addr: n.client_addr }
+    Node { raft_addr: n.raft_addr, client_addr: n.client_addr, disk: n.disk }
 }
 
 pub fn membership_to_pb(m: &Membership) -> pb::Membership {

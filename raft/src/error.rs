@@ -19,6 +19,10 @@ pub enum StartError {
     Config(#[from] openraft::ConfigError),
     #[error("starting raft: {0}")]
     Raft(#[from] Fatal),
+    /// The data directory was written by another node id: a directory mixed up with
+    /// another node's, which must not start as this one.
+    #[error("this data directory belongs to node {found}, not to node {configured}: refusing to start on another node's disk")]
+    WrongNode { found: NodeId, configured: NodeId },
 }
 
 /// A write (or membership change) did not produce an outcome.
@@ -103,6 +107,9 @@ pub enum InitError {
     NotAllowed(String),
     #[error("raft node stopped: {0}")]
     Stopped(String),
+    /// A first member cannot be asked for its disk, or must not join (`identity.rs`).
+    #[error(transparent)]
+    Member(#[from] crate::identity::JoinRefused),
 }
 
 impl From<RaftError<InitializeError>> for InitError {
@@ -124,6 +131,7 @@ impl InitError {
                 s
             }
             InitError::Stopped(_) => status(ErrorCode::Unavailable, self.to_string()),
+            InitError::Member(e) => status(e.code(), self.to_string()),
         }
     }
 }

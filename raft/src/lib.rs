@@ -37,6 +37,7 @@ mod admin;
 mod convert;
 mod error;
 mod group;
+pub mod identity;
 mod log_store;
 mod network;
 mod node;

@@ -30,7 +30,7 @@ use openraft::{LogState, OptionalSend};
 use rocksdb::{Direction, IteratorMode, WriteBatch};
 use tracing::debug;
 
-use crate::rocks::{cf, decode, encode, io_err, synced, Db, CF_LOGS, CF_META};
+use crate::rocks::{cf, decode, encode, io_err, synced, Db, MemoryDisk, CF_LOGS, CF_META};
 use crate::stages::Stages;
 use crate::types::{Entry, IoFlushed, LogId, TypeConfig, Vote};
 
@@ -62,9 +62,9 @@ enum Flusher {
 }
 
 /// How the flusher makes written entries durable: RocksDB's WAL sync (a test holds it).
-type Sync = Box<dyn Fn(&Db) -> Result<(), String> + Send>;
+pub(crate) type Sync = Box<dyn Fn(&Db) -> Result<(), String> + Send>;
 
-fn sync_wal(db: &Db) -> Result<(), String> {
+pub(crate) fn sync_wal(db: &Db) -> Result<(), String> {
     db.flush_wal(true).map_err(|e| e.to_string())
 }
 
@@ -157,10 +157,42 @@ async fn sim_flusher(db: Weak<Db>, mut queue: tokio::sync::mpsc::UnboundedReceiv
         }
         let latency = db.upgrade().and_then(|db| db.memory_sync_latency()).unwrap_or_default();
         tokio::time::sleep(latency).await;
+        // The sync is done: what it covered survives a power cut from now on.
+        if let Some(db) = db.upgrade() {
+            memory_synced(&db, &work);
+        }
         let n = work.len();
         report(work, Ok(()), Instant::now());
         pending.fetch_sub(n, Ordering::Relaxed);
     }
+}
+
+/// On a memory disk, the appends of `work` are durable now.
+fn memory_synced(db: &Db, work: &[Flush]) {
+    if let Some(disk) = db.memory() {
+        for w in work {
+            if let Flush::Appended { indexes, .. } = w {
+                disk.synced(indexes);
+            }
+        }
+    }
+}
+
+/// After a power cut of a memory disk (the simulation's), drops the log entries that
+/// were written and never synced, as a real disk's lost page cache would; and the
+/// committed marker, written unsynced (losing it only means waiting for the cluster to
+/// establish it again).
+fn lose_unsynced(db: &Db) {
+    let Some(lost) = db.memory().and_then(MemoryDisk::lost_to_power_cut) else { return };
+    let mut batch = WriteBatch::default();
+    for index in &lost {
+        batch.delete_cf(cf(db, CF_LOGS), key(*index));
+    }
+    batch.delete_cf(cf(db, CF_META), KEY_COMMITTED);
+    if let Err(e) = db.write_opt(batch, &synced()) {
+        tracing::error!(error = %e, "could not apply the power cut to the memory disk");
+    }
+    tracing::info!(lost = lost.len(), first = ?lost.first(), "power cut: log entries never synced are lost");
 }
 
 impl fmt::Debug for LogStore {
@@ -183,12 +215,15 @@ impl LogStore {
     /// A log store on a database opened with [`crate::rocks::open_db`].
     pub fn new(db: Arc<Db>) -> Self {
         if db.inline_io() {
+            lose_unsynced(&db);
             return LogStore { db, stages: Arc::default(), flusher: Flusher::Memory(Arc::default()) };
         }
         LogStore::syncing_by(db, Box::new(sync_wal))
     }
 
-    fn syncing_by(db: Arc<Db>, sync: Sync) -> Self {
+    /// A log store on a real disk whose WAL syncs are done by `sync` (tests slow or
+    /// fail them; production is [`LogStore::new`]).
+    pub(crate) fn syncing_by(db: Arc<Db>, sync: Sync) -> Self {
         let (flusher_tx, queue) = mpsc::channel();
         let synced_db = Arc::downgrade(&db);
         std::thread::Builder::new().name("raft-log-flusher".into()).spawn(move || flusher(synced_db, queue, sync)).expect("spawn the log flusher thread");
@@ -332,7 +367,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Flusher::Memory(sim) => {
                 // A memory disk keeps every write, and has no WAL sync to call: reported
                 // now, unless the simulation made the disk slow.
+                if let Some(disk) = self.db.memory() {
+                    disk.written(match &flush {
+                        Flush::Appended { indexes, .. } => indexes,
+                        Flush::Barrier(_) => &[],
+                    });
+                }
                 if let Err(Flush::Appended { callback, indexes, written, stages }) = sim.queue(&self.db, flush) {
+                    // A healthy memory disk syncs at once.
+                    if let Some(disk) = self.db.memory() {
+                        disk.synced(&indexes);
+                    }
                     stages.appended(&indexes, written, Instant::now());
                     callback.io_completed(Ok(()));
                 }
@@ -354,6 +399,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         batch.delete_range_cf(cf(&self.db, CF_LOGS), key(from), key(u64::MAX));
         // u64::MAX itself is outside the half-open range; no real log gets there.
         self.db.write_opt(batch, &synced()).map_err(io_err)?;
+        if let Some(disk) = self.db.memory() {
+            disk.dropped_from(from);
+        }
         self.memory_sync().await;
         Ok(())
     }

@@ -84,6 +84,7 @@ impl GrpcNetworkFactory {
                 RaftServiceClient::new(c).max_decoding_message_size(self.options.max_message_bytes).max_encoding_message_size(self.options.max_message_bytes)
             }),
             unary: false,
+            disk: node.disk,
         }
     }
 
@@ -110,6 +111,9 @@ pub struct GrpcConnection {
     /// older version, during a rolling upgrade): replication to it goes one unary
     /// AppendEntries at a time from then on.
     unary: bool,
+    /// The disk the membership records for the peer, named in every request
+    /// (`identity.rs`); 0: not known, nothing named.
+    disk: u64,
 }
 
 impl fmt::Debug for GrpcConnection {
@@ -131,11 +135,34 @@ fn classify(status: tonic::Status) -> Failure {
     match status.code() {
         // Connection refused / reset, or the peer is shutting down.
         tonic::Code::Unavailable | tonic::Code::Cancelled => Failure::Unreachable(status.to_string()),
+        // The peer runs on another disk than the membership records: as good as down
+        // until it is replaced, so openraft backs off instead of retrying at once.
+        _ if crate::identity::is_disk_refusal(&status) => Failure::Unreachable(status.to_string()),
         _ => Failure::Network(status.to_string()),
     }
 }
 
 impl GrpcConnection {
+    /// `msg` as a request naming the disk the membership records for the peer.
+    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        if self.disk != 0 {
+            let value = crate::identity::disk_header(self.disk).parse().expect("hex is valid metadata");
+            req.metadata_mut().insert(crate::identity::DISK_HEADER, value);
+        }
+        req
+    }
+
+    /// Asks the peer who it is (`RaftService.Identify`), within `ttl`.
+    pub async fn identify(&self, ttl: Duration) -> Result<pb::IdentifyResponse, String> {
+        let mut client = self.client().map_err(|_| format!("no valid address for node {}", self.target))?;
+        match self.call(ttl, client.identify(pb::IdentifyRequest {})).await {
+            Ok(r) => Ok(r),
+            Err(Failure::Unreachable(m) | Failure::Network(m)) => Err(m),
+            Err(Failure::Timeout(t)) => Err(format!("no answer within {} ms", t.as_millis())),
+        }
+    }
+
     fn client(&self) -> Result<RaftServiceClient<Channel>, Failure> {
         self.client.clone().ok_or_else(|| Failure::Unreachable(format!("no valid address for node {}", self.target)))
     }
@@ -159,6 +186,7 @@ impl GrpcConnection {
         let req = convert::vote_request_to_pb(&rpc);
         let res = async {
             let mut client = self.client()?;
+            let req = self.request(req);
             let resp = if pre { self.call(option.soft_ttl(), client.pre_vote(req)).await? } else { self.call(option.soft_ttl(), client.vote(req)).await? };
             convert::vote_response_from_pb(resp).map_err(|e| Failure::Network(e.to_string()))
         }
@@ -176,7 +204,7 @@ impl RaftNetworkV2<TypeConfig> for GrpcConnection {
         let req = convert::append_request_to_pb(&rpc);
         let res = async {
             let mut client = self.client()?;
-            let resp = self.call(option.soft_ttl(), client.append_entries(req)).await?;
+            let resp = self.call(option.soft_ttl(), client.append_entries(self.request(req))).await?;
             if let Some(sent) = sent {
                 metrics::histogram!(holdfast_core::metric_names::RAFT_REPLICATE).record(sent.elapsed().as_secs_f64());
             }
@@ -219,7 +247,7 @@ impl RaftNetworkV2<TypeConfig> for GrpcConnection {
                 lock(&noted).push_back((Instant::now(), !req.entries.is_empty()));
                 convert::append_request_to_pb(&req)
             });
-            let inbound = match tokio::time::timeout(ttl, client.stream_append(outbound)).await {
+            let inbound = match tokio::time::timeout(ttl, client.stream_append(self.request(outbound))).await {
                 Ok(Ok(inbound)) => inbound.into_inner(),
                 Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
                     warn!(target = self.target, "the peer does not take a replication stream (an older version?): replicating to it one request at a time");
@@ -262,7 +290,7 @@ impl RaftNetworkV2<TypeConfig> for GrpcConnection {
         let req = convert::transfer_request_to_pb(&rpc);
         let res = async {
             let mut client = self.client()?;
-            let resp = self.call(option.soft_ttl(), client.transfer_leader(req)).await?;
+            let resp = self.call(option.soft_ttl(), client.transfer_leader(self.request(req))).await?;
             convert::transfer_response_from_pb(resp).map_err(|e| Failure::Network(e.to_string()))
         }
         .await;
@@ -293,7 +321,7 @@ impl RaftNetworkV2<TypeConfig> for GrpcConnection {
             Ok(c) => c,
             Err(f) => return Err(self.streaming_error(f)),
         };
-        let send = self.call(option.hard_ttl(), client.install_snapshot(futures_util::stream::iter(parts)));
+        let send = self.call(option.hard_ttl(), client.install_snapshot(self.request(futures_util::stream::iter(parts))));
         let resp = tokio::select! {
             closed = cancel => return Err(StreamingError::Closed(closed)),
             resp = send => resp,

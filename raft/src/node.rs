@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use crate::admin::RaftAdminService;
 use crate::error::{InitError, StartError, WriteError};
+use crate::identity::{self, DiskCheck, DiskIdentity};
 use crate::log_store::LogStore;
 use crate::network::{GrpcNetworkFactory, NetworkOptions};
 use crate::rocks::{open_db, MemoryDisk};
@@ -133,6 +134,23 @@ async fn quiet_period_after_restart<S: ReplicatedState>(raft: &Raft<S>, election
     Ok(Some(until))
 }
 
+/// Forms a new group of `members` from `raft`'s node (`own`). Every first member is
+/// asked for its disk (recorded in the membership, `identity.rs`) and must be pristine:
+/// a member that holds state — a group's survivor, or the peer of a node that came back
+/// empty — is never folded into a new group.
+pub(crate) async fn initialize<S: ReplicatedState>(
+    raft: &Raft<S>,
+    own: DiskIdentity,
+    peers: &GrpcNetworkFactory,
+    members: BTreeMap<NodeId, Node>,
+) -> Result<(), InitError> {
+    let mut known = BTreeMap::new();
+    for (id, node) in members {
+        known.insert(id, identity::joining(own, peers, id, node, true).await?);
+    }
+    Ok(raft.initialize(known).await?)
+}
+
 /// What a committed write returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
@@ -156,6 +174,10 @@ pub struct RaftNode<S: ReplicatedState> {
     raft: Raft<S>,
     state: StateHandle<S>,
     transport: Transport,
+    disk_check: DiskCheck,
+    identity: DiskIdentity,
+    /// Dials the first members to learn their disks ([`initialize`]).
+    peers: GrpcNetworkFactory,
     db_closed: Weak<()>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     stop_server: Option<oneshot::Sender<()>>,
@@ -182,16 +204,38 @@ impl<S: ReplicatedState> RaftNode<S> {
         N: RaftNetworkFactory<TypeConfig>,
         N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
     {
+        Self::start_syncing_by(config, listener, initial, network, None).await
+    }
+
+    /// Like [`RaftNode::start_with_network`]; on a real disk, `sync` (when given) does
+    /// the log's WAL syncs: the test fault layer slows them (`testing.rs`).
+    pub(crate) async fn start_syncing_by<N>(
+        config: NodeConfig,
+        listener: impl Into<Listener>,
+        initial: S,
+        network: N,
+        sync: Option<crate::log_store::Sync>,
+    ) -> Result<Self, StartError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+        N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
+    {
         let raft_config = config.raft_config()?;
         let listener = listener.into();
         let raft_addr = listener.local_addr()?;
         let client_addr = if config.client_addr.is_empty() { raft_addr.to_string() } else { config.client_addr.clone() };
-        let node = Node::new(raft_addr.to_string(), client_addr);
 
         let db = open_db(&config.data_dir, config.memory.as_ref())?;
+        let identity = identity::load_or_create(&db, config.node_id)?;
+        let node = Node::new(raft_addr.to_string(), client_addr).on_disk(identity.disk);
+        let disk_check = DiskCheck::new(identity);
         let db_closed = db.closed();
         let sm = StateMachineStore::open(db.clone(), initial)?;
-        let log_store = LogStore::new(db).marking(sm.stages());
+        let log_store = match sync {
+            Some(sync) if config.memory.is_none() => LogStore::syncing_by(db, sync),
+            _ => LogStore::new(db),
+        }
+        .marking(sm.stages());
         let state = sm.handle();
         let election_max = Duration::from_millis(raft_config.election_timeout_max);
         let raft = Raft::new(config.node_id, raft_config, network, log_store, sm).await?;
@@ -199,14 +243,19 @@ impl<S: ReplicatedState> RaftNode<S> {
 
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let transport = config.transport.clone();
+        // Whom the admin service asks for their disks when a member joins.
+        let peers = GrpcNetworkFactory::new(config.node_id, config.network.clone(), config.transport.clone());
         let router = transport
             .grpc_server()
             // Raft traffic is for the group's nodes alone; its admin for nodes and root.
             .add_service(InterceptedService::new(
-                RaftGrpcService::new(raft.clone(), quiet_until).into_server(config.network.max_message_bytes),
+                RaftGrpcService::new(raft.clone(), disk_check.clone(), quiet_until).into_server(config.network.max_message_bytes),
                 auth::nodes_only,
             ))
-            .add_service(InterceptedService::new(holdfast_rpc::bounded!(RaftAdminService::new(raft.clone()).into_server(), transport), auth::nodes_and_root));
+            .add_service(InterceptedService::new(
+                holdfast_rpc::bounded!(RaftAdminService::new(raft.clone(), identity, peers).into_server(), transport),
+                auth::nodes_and_root,
+            ));
         let server = tokio::spawn(async move {
             transport
                 .serve_grpc(router, listener, async {
@@ -222,6 +271,9 @@ impl<S: ReplicatedState> RaftNode<S> {
             raft,
             state,
             transport: config.transport.clone(),
+            disk_check,
+            identity,
+            peers: GrpcNetworkFactory::new(config.node_id, config.network.clone(), config.transport.clone()),
             db_closed,
             server: Some(server),
             stop_server: Some(stop_tx),
@@ -232,9 +284,15 @@ impl<S: ReplicatedState> RaftNode<S> {
         self.id
     }
 
-    /// This node's addresses, as they go into the membership.
+    /// This node's addresses and disk, as they go into the membership.
     pub fn node(&self) -> &Node {
         &self.node
+    }
+
+    /// How many Raft requests this node refused because they named another disk
+    /// (`identity.rs`): non-zero means its group knows it by a disk it no longer has.
+    pub fn disk_refusals(&self) -> u64 {
+        self.disk_check.refused()
     }
 
     pub fn raft_addr(&self) -> SocketAddr {
@@ -261,8 +319,10 @@ impl<S: ReplicatedState> RaftNode<S> {
     }
 
     /// Forms a new group with `members` (this node among them). Call on one node only.
+    /// Each member is asked for its disk, which the membership records, and must hold no
+    /// Raft state yet ([`initialize`]).
     pub async fn initialize(&self, members: BTreeMap<NodeId, Node>) -> Result<(), InitError> {
-        Ok(self.raft.initialize(members).await?)
+        initialize(&self.raft, self.identity, &self.peers, members).await
     }
 
     /// Proposes `payload`; returns once it is committed and applied on this node (the

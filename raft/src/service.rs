@@ -22,12 +22,15 @@ use holdfast_rpc::status::status;
 /// The largest snapshot a node takes (1 GiB): far above any cell's or registry's state
 /// within their quotas, and a bound on what a peer can make it buffer.
 pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
+use crate::identity::DiskCheck;
 use crate::sm_store::ReplicatedState;
 use crate::types::{Raft, Snapshot};
 
 /// Serves the Raft RPCs of one node.
 pub struct RaftGrpcService<S: ReplicatedState> {
     raft: Raft<S>,
+    /// Refuses requests that name another disk than this node's (`identity.rs`).
+    disk: DiskCheck,
     /// Until then, this restarted node grants no vote (see `node.rs`,
     /// `quiet_period_after_restart`).
     quiet_until: Option<tokio::time::Instant>,
@@ -41,8 +44,8 @@ impl<S: ReplicatedState> fmt::Debug for RaftGrpcService<S> {
 
 impl<S: ReplicatedState> RaftGrpcService<S> {
     /// `quiet_until`: the end of this node's quiet period after a restart, if any.
-    pub fn new(raft: Raft<S>, quiet_until: Option<tokio::time::Instant>) -> Self {
-        RaftGrpcService { raft, quiet_until }
+    pub(crate) fn new(raft: Raft<S>, disk: DiskCheck, quiet_until: Option<tokio::time::Instant>) -> Self {
+        RaftGrpcService { raft, disk, quiet_until }
     }
 
     /// Refuses a vote or pre-vote during the quiet period after a restart, unless the
@@ -84,6 +87,7 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
     /// A request that does not decode ends the stream with `INVALID_ARGUMENT` after the
     /// answers to those before it; the leader going away (a reset) just ends it.
     async fn stream_append(&self, request: Request<Streaming<pb::AppendEntriesRequest>>) -> Result<Response<AnswerStream>, Status> {
+        self.disk.check(request.metadata())?;
         let inbound = request.into_inner();
         let refused: Arc<Mutex<Option<Status>>> = Arc::default();
         // When each request carrying entries arrived (`None` for one without): answers
@@ -128,6 +132,7 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
 
     async fn append_entries(&self, request: Request<pb::AppendEntriesRequest>) -> Result<Response<pb::AppendEntriesResponse>, Status> {
         let arrived = std::time::Instant::now();
+        self.disk.check(request.metadata())?;
         let req = convert::append_request_from_pb(request.into_inner()).map_err(bad_request)?;
         let carries = !req.entries.is_empty();
         let resp = self.raft.append_entries(req).await.map_err(stopped)?;
@@ -138,6 +143,7 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
     }
 
     async fn vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        self.disk.check(request.metadata())?;
         let req = convert::vote_request_from_pb(request.into_inner()).map_err(bad_request)?;
         self.quiet(&req)?;
         let resp = self.raft.vote(req).await.map_err(stopped)?;
@@ -145,6 +151,7 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
     }
 
     async fn pre_vote(&self, request: Request<pb::VoteRequest>) -> Result<Response<pb::VoteResponse>, Status> {
+        self.disk.check(request.metadata())?;
         let req = convert::vote_request_from_pb(request.into_inner()).map_err(bad_request)?;
         self.quiet(&req)?;
         let resp = self.raft.pre_vote(req).await.map_err(stopped)?;
@@ -152,6 +159,7 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
     }
 
     async fn transfer_leader(&self, request: Request<pb::TransferLeaderRequest>) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        self.disk.check(request.metadata())?;
         let req = convert::transfer_request_from_pb(request.into_inner()).map_err(bad_request)?;
         let resp = self.raft.handle_transfer_leader(req).await.map_err(stopped)?;
         Ok(Response::new(convert::transfer_response_to_pb(&resp)))
@@ -159,6 +167,7 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
 
     async fn install_snapshot(&self, request: Request<Streaming<pb::InstallSnapshotRequest>>) -> Result<Response<pb::InstallSnapshotResponse>, Status> {
         use pb::install_snapshot_request::Part;
+        self.disk.check(request.metadata())?;
         let mut stream = request.into_inner();
         let header = match stream.next().await {
             Some(Ok(pb::InstallSnapshotRequest { part: Some(Part::Header(h)) })) => h,
@@ -195,5 +204,12 @@ impl<S: ReplicatedState> RaftService for RaftGrpcService<S> {
         debug!(last_log_id = ?meta.last_log_id, bytes = total, "snapshot received");
         let resp = self.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: data }).await.map_err(stopped)?;
         Ok(Response::new(pb::InstallSnapshotResponse { vote: Some(convert::vote_to_pb(&resp.vote)) }))
+    }
+
+    async fn identify(&self, _request: Request<pb::IdentifyRequest>) -> Result<Response<pb::IdentifyResponse>, Status> {
+        let m = crate::node::current_metrics(&self.raft);
+        let has_state = m.current_term > 0 || m.last_log_index.is_some() || m.snapshot.is_some();
+        let (node_id, disk) = self.disk.identity();
+        Ok(Response::new(pb::IdentifyResponse { node_id, disk, has_state }))
     }
 }

@@ -36,10 +36,13 @@ pub enum LinkFault {
     Delay(Duration),
 }
 
-/// The shared table of link faults, keyed by directed link `(from, to)`.
+/// The shared table of link faults, keyed by directed link `(from, to)`, and of slow
+/// disks, by node.
 #[derive(Debug, Default)]
 pub struct Faults {
     links: RwLock<HashMap<(NodeId, NodeId), LinkFault>>,
+    /// Extra time each WAL sync of a node's Raft log takes (a slow disk).
+    slow_disks: RwLock<HashMap<NodeId, Duration>>,
 }
 
 impl Faults {
@@ -87,6 +90,23 @@ impl Faults {
     pub fn heal_all(&self) {
         info!("fault: all links healed");
         self.links.write().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// From now on every WAL sync of `node`'s Raft log takes `extra` longer (a slow
+    /// disk: appends are acknowledged that much later; heartbeats are not slowed, so
+    /// the leader keeps leading while its writes stall). Zero heals it.
+    pub fn slow_disk(&self, node: NodeId, extra: Duration) {
+        info!(node, ?extra, "fault: slow disk");
+        let mut disks = self.slow_disks.write().unwrap_or_else(|e| e.into_inner());
+        if extra.is_zero() {
+            disks.remove(&node);
+        } else {
+            disks.insert(node, extra);
+        }
+    }
+
+    fn disk_delay(&self, node: NodeId) -> Duration {
+        self.slow_disks.read().unwrap_or_else(|e| e.into_inner()).get(&node).copied().unwrap_or_default()
     }
 
     pub fn get(&self, from: NodeId, to: NodeId) -> Option<LinkFault> {
@@ -291,6 +311,15 @@ impl<S: crate::sm_store::ReplicatedState> crate::node::RaftNode<S> {
         faults: Arc<Faults>,
     ) -> Result<Self, crate::error::StartError> {
         let inner = crate::network::GrpcNetworkFactory::new(config.node_id, config.network.clone(), config.transport.clone());
-        Self::start_with_network(config, listener, initial, FaultyNetworkFactory::new(inner, faults)).await
+        let (node, disks) = (config.node_id, faults.clone());
+        let sync: crate::log_store::Sync = Box::new(move |db| {
+            let extra = disks.disk_delay(node);
+            if !extra.is_zero() {
+                // The flusher's own thread: sleeping here stalls this node's appends only.
+                std::thread::sleep(extra);
+            }
+            crate::log_store::sync_wal(db)
+        });
+        Self::start_syncing_by(config, listener, initial, FaultyNetworkFactory::new(inner, faults), Some(sync)).await
     }
 }

@@ -35,23 +35,84 @@ pub struct Response {
     pub payload: Vec<u8>,
 }
 
-/// Where a node is reached: peers dial `raft_addr` (host:port), clients are redirected to
-/// `client_addr` (host:port). Both travel in every membership entry.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// Where a node is reached, and which disk the group knows it by: peers dial
+/// `raft_addr` (host:port), clients are redirected to `client_addr` (host:port). All
+/// three travel in every membership entry.
+///
+/// `disk` is the identity the node wrote on its data directory at its first start
+/// ([`crate::identity`]): a node that comes back under the same id on an empty or
+/// different disk has a different one, and the group refuses it (no vote, no append)
+/// until it is removed and added again as a new member. 0: not known (a member added by
+/// a release before disk identities, or an address typed by hand); nothing is checked.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Node {
     pub raft_addr: String,
     pub client_addr: String,
+    pub disk: u64,
 }
 
 impl Node {
     pub fn new(raft_addr: impl Into<String>, client_addr: impl Into<String>) -> Self {
-        Node { raft_addr: raft_addr.into(), client_addr: client_addr.into() }
+        Node { raft_addr: raft_addr.into(), client_addr: client_addr.into(), disk: 0 }
+    }
+
+    /// The same node, known by the disk `disk`.
+    pub fn on_disk(mut self, disk: u64) -> Self {
+        self.disk = disk;
+        self
     }
 }
 
 impl fmt::Display for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "raft={} client={}", self.raft_addr, self.client_addr)
+        write!(f, "raft={} client={}", self.raft_addr, self.client_addr)?;
+        if self.disk != 0 {
+            write!(f, " disk={:016x}", self.disk)?;
+        }
+        Ok(())
+    }
+}
+
+std::thread_local! {
+    /// Set while a record of format version 1 is decoded (`rocks.rs`): its nodes were
+    /// written without a disk. The encoding is bincode, which is not self-describing, so
+    /// the reader must be told the shape; a thread-local is how serde's derive lets a
+    /// nested type learn it without threading a seed through openraft's types.
+    static NODES_WITHOUT_DISK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with nodes decoded in their version 1 shape (no disk).
+pub(crate) fn nodes_without_disk<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            NODES_WITHOUT_DISK.with(|c| c.set(false));
+        }
+    }
+    NODES_WITHOUT_DISK.with(|c| c.set(true));
+    let _reset = Reset;
+    f()
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct V1 {
+            raft_addr: String,
+            client_addr: String,
+        }
+        #[derive(Deserialize)]
+        struct V2 {
+            raft_addr: String,
+            client_addr: String,
+            disk: u64,
+        }
+        if NODES_WITHOUT_DISK.with(std::cell::Cell::get) {
+            let n = V1::deserialize(d)?;
+            return Ok(Node { raft_addr: n.raft_addr, client_addr: n.client_addr, disk: 0 });
+        }
+        let n = V2::deserialize(d)?;
+        Ok(Node { raft_addr: n.raft_addr, client_addr: n.client_addr, disk: n.disk })
     }
 }
 

@@ -456,6 +456,9 @@ async fn a_stalled_replication_stream_times_out_an_idle_one_stays_open_an_unreac
         async fn transfer_leader(&self, _: Request<pb::TransferLeaderRequest>) -> Result<Response<pb::TransferLeaderResponse>, Status> {
             Err(Status::unimplemented("test peer"))
         }
+        async fn identify(&self, _: Request<pb::IdentifyRequest>) -> Result<Response<pb::IdentifyResponse>, Status> {
+            Err(Status::unimplemented("test peer"))
+        }
     }
     async fn serve(peer: Peer) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");

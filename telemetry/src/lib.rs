@@ -132,6 +132,10 @@ fn describe() {
         "On a follower: an AppendEntries that carries entries, from its arrival to its answer (the entries written and synced)."
     );
     describe_counter!(
+        RAFT_DISK_REFUSED,
+        "Raft requests this node refused because they name another disk than its own: it came back on an empty or different data directory under an id its group knows (docs/runbooks/lost-volume.md)."
+    );
+    describe_counter!(
         OWNERSHIP_LEASE_LAPSES,
         "Shards the registry transferred because their cell's ownership lease ran out (an unplanned move completed), by the cell that lost them."
     );

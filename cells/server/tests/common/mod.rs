@@ -144,22 +144,45 @@ impl TestCell {
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
         for id in &ids {
             self.stop_node(*id).await;
-            // A node past its shutdown deadline may still be closing RocksDB: retry.
-            let dir = self.root.path().join(format!("node-{id}"));
-            let deadline = Instant::now() + WAIT;
-            while let Err(e) = std::fs::remove_dir_all(&dir) {
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "cannot remove {}: {e}", dir.display());
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            self.remove_data(*id).await;
         }
         for id in &ids {
             self.start_node(*id).await;
         }
         let members = self.nodes.iter().map(|(id, n)| (*id, n.node().clone())).collect();
         self.nodes[&ids[0]].initialize(members).await.unwrap();
+    }
+
+    /// Node `id` loses its disk: stopped, its data directory removed, started again
+    /// empty under the same id on the same addresses (a recreated volume).
+    pub async fn wipe_node(&mut self, id: u64) {
+        self.stop_node(id).await;
+        self.remove_data(id).await;
+        self.start_node(id).await;
+    }
+
+    async fn remove_data(&self, id: u64) {
+        // A node past its shutdown deadline may still be closing RocksDB: retry.
+        let dir = self.root.path().join(format!("node-{id}"));
+        let deadline = Instant::now() + WAIT;
+        while let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                break;
+            }
+            assert!(Instant::now() < deadline, "cannot remove {}: {e}", dir.display());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The Raft admin service of node `id` (membership changes go to the leader's).
+    pub async fn raft_admin(&self, id: u64) -> holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient<Channel> {
+        let ch = holdfast_rpc::Transport::insecure().connect(&self.raft_addrs[&id].to_string()).await.unwrap();
+        holdfast_proto::raft::v1::raft_admin_client::RaftAdminClient::new(ch)
+    }
+
+    /// Node `id` as `RaftAdmin` names a member.
+    pub fn member(&self, id: u64) -> holdfast_proto::raft::v1::Member {
+        holdfast_proto::raft::v1::Member { node_id: id, raft_addr: self.raft_addrs[&id].to_string(), client_addr: self.client_addrs[&id].to_string() }
     }
 
     pub async fn stop_node(&mut self, id: u64) {
