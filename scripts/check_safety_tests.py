@@ -21,7 +21,7 @@ import tempfile
 import time
 
 STATE = "cells/state/src"
-CELL_TESTS = ["-p", "holdfast-cell-state", "--test", "properties", "--test", "semantics"]
+CELL_TESTS = ["-p", "holdfast-cell-state", "--test", "properties", "--test", "semantics", "--test", "safety"]
 # The lease clock's and the fence's unit tests. One package set for both, so the
 # mutants' target dir builds RocksDB once.
 SERVER_TESTS = ["-p", "holdfast-cell", "-p", "holdfast-fence", "--lib"]
@@ -35,10 +35,38 @@ RAFT_TESTS = [*SERVER_TESTS[:-1], "-p", "holdfast-raft", "--lib"]
 
 # (name, file, exact text, replacement, cargo test args)
 MUTANTS = [
-    ("a deposed leader keeps a waiter waiting, and answers it with the grant it applies late", "cells/server/src/service.rs",
-     "() = self.cell.group.deposed(term) => None,",
-     "() = std::future::pending::<()>() => None,",
+    ("a deposed leader keeps a waiter waiting, and answers it with the grant it applies late", "cells/server/src/leader.rs",
+     "        cell.hooks.end_term(term);\n", "        let _ = term;\n",
      ["-p", "holdfast-cell", "--test", "cell", "--", "deposed"]),
+    # Issue #42: the safety holes found by reading, each with the test that reproduced it.
+    ("a node back on an empty disk votes as the member it was (a committed grant lost, its token issued again)", "raft/src/identity.rs",
+     "            Some(expected) if expected == self.disk => Ok(()),", "            Some(_) => Ok(()),",
+     ["-p", "holdfast-cell", "--test", "safety", "a_node_back"]),
+    ("init forms a second group around a member that holds Raft state", "raft/src/identity.rs",
+     "    if pristine && who.has_state {", "    if false && pristine && who.has_state {",
+     ["-p", "holdfast-cell", "--test", "safety", "initialize_refuses"]),
+    ("a grant committed past the ownership lease is answered", "cells/server/src/cell.rs",
+     "        if !covered {", "        if false && !covered {",
+     ["-p", "holdfast-cell", "--test", "ownership", "a_grant_whose_commit_stalls"]),
+    ("a waiter is woken with a grant committed past the ownership lease", "cells/server/src/term.rs",
+     "EventKind::Acquired { token, .. } if self.covers(now, &ev.shard, token.epoch()) => WaitResult::Granted(token),",
+     "EventKind::Acquired { token, .. } => WaitResult::Granted(token),", SERVER_TESTS),
+    ("a release is bound to nobody: one sent before the next grant ends it", "cells/server/src/service.rs",
+     "        let cmd = Command::ReleaseHeld { shard, name, token, session };", "        let cmd = Command::Release { shard, name, token }; let _ = session;",
+     ["-p", "holdfast-cell", "--test", "safety", "a_release_of"]),
+    ("the table releases a hold for a session that does not hold it", f"{STATE}/locks.rs",
+     "            if holder != by {", "            if false && holder != by {", CELL_TESTS),
+    ("a seal leaves the shard's sessions alive", f"{STATE}/shards.rs",
+     "        for session in homed {\n", "        for session in homed.into_iter().filter(|_| false) {\n", CELL_TESTS),
+    ("finished acquires are forgotten by count, and an old retry is granted again", f"{STATE}/state.rs",
+     "        while volatile && sess.ended_requests.len() > ENDED_REQUESTS_PER_SESSION {", "        while sess.ended_requests.len() > ENDED_REQUESTS_PER_SESSION {", CELL_TESTS),
+    ("a finished acquire is forgotten before its retry window", "cells/server/src/clock.rs",
+     "        let cutoff = now.checked_sub(RETRY_WINDOW)?;", "        let cutoff = now;", SERVER_TESTS),
+    ("a new leader counts a hold's max-hold from its election", "cells/server/src/clock.rs",
+     "let granted = arrivals.granted(key, name, token).unwrap_or(now).min(now);", "let granted = now;", SERVER_TESTS),
+    ("a new registry leader restarts an epoch on a deposed cell leader's word", "registry/server/src/service.rs",
+     "                        (false, true) if settled => Some(Command::Restarted", "                        (false, true) => Some(Command::Restarted",
+     ["-p", "holdfast-registry", "--test", "registry", "right_after_a_registry_election"]),
     ("a stalled replication stream waits forever", "raft/src/network.rs",
      "Err(_) if oldest.is_some() => return Err(Failure::Timeout(ttl)),", "Err(_) if false => return Err(Failure::Timeout(ttl)),",
      ["-p", "holdfast-raft", "--test", "cluster", "--", "a_stalled_replication_stream"]),
@@ -117,7 +145,7 @@ MUTANTS = [
      "self.cell.check_session_room(session, &rid).and_then(|()| self.cell.may_propose(&cmd))", "self.cell.may_propose(&cmd)",
      SECURITY_E2E),
     ("a wake-up outlives its call", "cells/server/src/machine.rs",
-     "        self.hooks.disarm_closed(self.key.0, &self.key.1);\n", "",
+     "        let _ = self.hooks.door_in(self.term, |t| t.disarm_closed(&self.key));\n", "",
      ["-p", "holdfast-cell", "--test", "cell", "a_waiting_acquire"]),
     ("a node whose storage failed serves on", "raft/src/serving.rs",
      "                failure.fail(fatal.to_string());\n                stop.cancel();\n", "                let _ = fatal;\n",
@@ -186,7 +214,7 @@ MUTANTS = [
 # The code the simulation runs (drills/sim): the cell and its Raft substrate; with
 # --moves also the registry, the gateway and the cells' ownership of their shards.
 SIMULATED = ("cells/state/", "cells/server/src/clock.rs", "cells/server/src/cell.rs", "cells/server/src/machine.rs",
-             "cells/server/src/service.rs", "raft/src/")
+             "cells/server/src/service.rs", "cells/server/src/term.rs", "cells/server/src/leader.rs", "raft/src/")
 SIMULATED_WITH_MOVES = ("cells/server/src/ownership.rs", "cells/server/src/follow.rs", "registry/", "gateway/src/")
 # In the simulated code, but out of its reach: RocksDB's in-memory environment keeps
 # every write, synced or not, across a simulated crash, so a lost unsynced write
@@ -194,7 +222,8 @@ SIMULATED_WITH_MOVES = ("cells/server/src/ownership.rs", "cells/server/src/follo
 NOT_SIMULATED = ("append acknowledged unsynced", "vote saved ahead of queued appends")
 # In a file the one-cell simulation runs, but about the ownership lease, which exists
 # only with the registry: run with moves.
-NEEDS_MOVES = ("a closed or expired session's lock goes to a waiter without the ownership lease",)
+NEEDS_MOVES = ("a closed or expired session's lock goes to a waiter without the ownership lease", "a grant committed past the ownership lease is answered",
+               "a waiter is woken with a grant committed past the ownership lease")
 
 
 def mutant_copy(repo: str, tmp: str, path: str, old: str, new: str, marker: str | None = None) -> str:

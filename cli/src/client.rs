@@ -566,7 +566,7 @@ pub async fn lock(cmd: LockCmd) -> Result<(), String> {
             );
         }
         LockCmd::Release { target, name, token } => {
-            let req = pb::ReleaseRequest { shard: target.shard_ref(), name: name.clone(), token };
+            let req = pb::ReleaseRequest { shard: target.shard_ref(), name: name.clone(), token, session_id: 0 };
             target.remote()?.call(|ch| locks(ch, req.clone(), |mut c, r| async move { c.release(r).await })).await?;
             emit(target.output, &Released { lock: name, released: token.to_string() });
         }

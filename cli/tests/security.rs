@@ -234,7 +234,7 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
         "LockService.Acquire" => verdict(
             l.acquire(pb::AcquireRequest { shard: shard(ns), name: "m".into(), session_id: NO_SESSION, request_id: "r".into(), ..Default::default() }).await,
         ),
-        "LockService.Release" => verdict(l.release(pb::ReleaseRequest { shard: shard(ns), name: "m".into(), token: 1 }).await),
+        "LockService.Release" => verdict(l.release(pb::ReleaseRequest { shard: shard(ns), name: "m".into(), token: 1, session_id: 0 }).await),
         "LockService.Describe" => verdict(l.describe(pb::DescribeRequest { shard: shard(ns), name: "m".into() }).await),
         "LockService.List" => verdict(l.list(pb::ListRequest { shard: shard(ns), ..Default::default() }).await),
         "LockService.ListSessions" => verdict(l.list_sessions(pb::ListSessionsRequest { shard: shard(ns) }).await),
@@ -417,7 +417,7 @@ fn sessions_tokens_ports_and_the_audit_log() {
                 verdict(theirs.keep_alive(tokio_stream::iter([pb::KeepAliveRequest { session_id: sid, shard: shard(OWN), more: vec![] }])).await),
                 "renewed",
             );
-            denied(verdict(theirs.release(pb::ReleaseRequest { shard: shard(OWN), name: "bound".into(), token }).await), "released a hold of");
+            denied(verdict(theirs.release(pb::ReleaseRequest { shard: shard(OWN), name: "bound".into(), token, session_id: 0 }).await), "released a hold of");
             denied(verdict(theirs.close_session(pb::CloseSessionRequest { session_id: sid, shard: shard(OWN) }).await), "closed");
         }
         // Nor behind one's own session, in a batch of renewals: refused for that session.
@@ -428,13 +428,13 @@ fn sessions_tokens_ports_and_the_audit_log() {
         let more: Vec<(u64, &str)> = answer.more.iter().map(|m| (m.session_id, m.code.as_str())).collect();
         assert_eq!(more, vec![(sid, "PERMISSION_DENIED")], "another holder renewed a session not theirs in a batch");
         let mut r = LockServiceClient::new(reader.channel(&grpc).unwrap());
-        let released = r.release(pb::ReleaseRequest { shard: shard(OWN), name: "bound".into(), token }).await;
+        let released = r.release(pb::ReleaseRequest { shard: shard(OWN), name: "bound".into(), token, session_id: 0 }).await;
         assert_eq!(verdict(released), Verdict::Refused(ErrorCode::PermissionDenied), "a reader cannot release");
         let d = mine.describe(pb::DescribeRequest { shard: shard(OWN), name: "bound".into() }).await.unwrap().into_inner();
         assert_eq!(d.holders.iter().map(|h| h.token).collect::<Vec<_>>(), vec![token], "the hold is untouched");
         let sessions = mine.list_sessions(pb::ListSessionsRequest { shard: shard(OWN) }).await.unwrap().into_inner().sessions;
         assert_eq!(sessions.iter().find(|s| s.session_id == sid).map(|s| s.owner.as_str()), Some("user:holder"));
-        mine.release(pb::ReleaseRequest { shard: shard(OWN), name: "bound".into(), token }).await.expect("the creator releases");
+        mine.release(pb::ReleaseRequest { shard: shard(OWN), name: "bound".into(), token, session_id: 0 }).await.expect("the creator releases");
 
         // ---- break-lock: admin only, and audited durably with who and why
         let token = mine.acquire(acquire(sid, "again")).await.unwrap().into_inner().token;

@@ -195,7 +195,8 @@ async fn release(session: Session, name: LockName, token: FencingToken, granted_
     let shared = session.shared().clone();
     shared.hold_ended();
     metrics::histogram!(HOLD_TIME, "ns" => shared.shard.ns.as_str().to_owned()).record(granted_at.elapsed().as_secs_f64());
-    let req = pb::ReleaseRequest { shard: Some(crate::session::shard_ref(&shared.shard)), name: name.to_string(), token: token.0 };
+    // Names the session: the cell applies the release only while it holds the token.
+    let req = pb::ReleaseRequest { shard: Some(crate::session::shard_ref(&shared.shard)), name: name.to_string(), token: token.0, session_id: shared.id.0 };
     let cfg = *shared.client.config();
     let r = shared
         .client

@@ -188,4 +188,5 @@ class Session:
 
     def release(self, name, token):
         path = f"/v1/locks/{self.ns}/{self.shard}/{urllib.parse.quote(name, safe='')}/release"
-        self.client.call_retrying("POST", path, {"token": str(token)})
+        # Names this session: the cell applies the release only while it holds the token.
+        self.client.call_retrying("POST", path, {"token": str(token), "session": self.id})

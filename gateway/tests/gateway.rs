@@ -58,7 +58,7 @@ async fn grpc_front_acquires_renews_and_releases() {
     let renewals = vec![pb::KeepAliveRequest { session_id: s, shard: shard("pay"), more: vec![] }];
     let mut stream = c.clone().keep_alive(tokio_stream::iter(renewals)).await.unwrap().into_inner();
     assert_eq!(stream.message().await.unwrap().unwrap().ttl_remaining_ms, 10_000);
-    c.clone().release(pb::ReleaseRequest { shard: shard("pay"), name: "settle".into(), token: t1.token }).await.unwrap();
+    c.clone().release(pb::ReleaseRequest { shard: shard("pay"), name: "settle".into(), token: t1.token, session_id: 0 }).await.unwrap();
     let t2 = c.clone().acquire(acquire_req("pay", s, "settle", "r-2")).await.unwrap().into_inner();
     assert!(t2.token > t1.token);
 

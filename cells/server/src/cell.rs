@@ -4,9 +4,8 @@
 //! what the table answered.
 
 use crate::machine::{CellMachine, Hooks};
-use crate::ownership::OwnershipLease;
 use holdfast_cell_state::{Applied, CellError, CellState, Command, Entry, NamespaceStats, Outcome, SessionView, RESERVE_BLOCK, RESERVE_LOW_WATER};
-use holdfast_core::{ErrorCode, NamespaceName, RequestId, SessionId, ShardKey};
+use holdfast_core::{ErrorCode, FencingToken, NamespaceName, RequestId, SessionId, ShardKey};
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_raft::Group;
@@ -14,7 +13,8 @@ pub use holdfast_raft::{wall_clock_ms, Leader};
 use holdfast_rpc::status::status;
 use holdfast_rpc::{Budget, CallContext, Tasks, Upstream};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 use tonic::Status;
 
@@ -23,9 +23,10 @@ use tonic::Status;
 pub struct Cell {
     pub(crate) group: Group<CellMachine>,
     pub(crate) hooks: Arc<Hooks>,
-    /// The leader's ownership lease when the cell follows the registry; `None` in
-    /// admin mode (no registry configured: nothing gates grants).
-    pub(crate) ownership: Option<Mutex<OwnershipLease>>,
+    /// The margin of the leader's ownership lease when the cell follows the registry
+    /// (each term starts an empty lease with it); `None` in admin mode (no registry
+    /// configured: nothing gates grants).
+    pub(crate) ownership_margin: Option<Duration>,
     /// The node's tasks: per-call work (renewal and watch streams) runs under the
     /// node's shutdown.
     pub(crate) tasks: Tasks,
@@ -96,7 +97,7 @@ impl Cell {
             return self.read(f).await;
         }
         self.lease_check().await?;
-        self.hooks.read_volatile(f).ok_or_else(volatile_not_built)
+        self.hooks.door(|t| f(t.volatile()))
     }
 
     /// The table that holds `shard`'s locks, as applied now (no leader check): for
@@ -130,7 +131,7 @@ impl Cell {
             | Command::BreakLock { shard, .. } => self.in_memory(shard).then(|| shard.clone()),
             // A hold the log granted (before this namespace was served from memory) is
             // released through the log.
-            Command::Release { shard, name, token } => {
+            Command::Release { shard, name, token } | Command::ReleaseHeld { shard, name, token, .. } => {
                 let logged = self.group.state().read(|m| m.state().holder_session(shard, name, *token)).is_some();
                 (!logged && self.in_memory(shard)).then(|| shard.clone())
             }
@@ -165,17 +166,35 @@ impl Cell {
     /// Asked before proposing anything that can grant or end a hold in `shard`: does
     /// this leader hold the registry's ownership lease for the epoch it serves?
     pub fn may_grant(&self, shard: &ShardKey) -> Result<(), Status> {
-        let Some(gate) = &self.ownership else { return Ok(()) };
+        if self.ownership_margin.is_none() {
+            return Ok(());
+        }
         let Some(epoch) = self.group.state().read(|m| m.state().served_epoch(shard)) else {
             // Listed by the registry but not served: being adopted, or sealed and
             // draining away. Either is a moment away from a clear answer.
-            if let Some(r) = gate.lock().expect("ownership lock").unserved(shard) {
+            if let Some(r) = self.hooks.door(|t| t.unserved(shard))? {
                 return Err(status(r.code, r.message));
             }
             // Unknown or sealed here: the lock table answers with the precise error.
             return Ok(());
         };
-        gate.lock().expect("ownership lock").may_grant(Instant::now(), shard, epoch).map_err(|r| status(r.code, r.message))
+        self.hooks.door(|t| t.may_grant(Instant::now(), shard, epoch))?.map_err(|r| status(r.code, r.message))
+    }
+
+    /// The door a grant leaves by: committed in term `term`, it is answered only while
+    /// that term lasts and its ownership lease still covers the token's epoch (issue
+    /// #42, hole 2: a commit that stalled past the lease must not hand out a token the
+    /// shard's next owner may already have superseded). `UNAVAILABLE` otherwise: the
+    /// retry with the same request id is answered by whoever serves the shard then.
+    pub fn answer_grant(&self, term: u64, shard: &ShardKey, token: FencingToken) -> Result<(), Status> {
+        let covered = self.hooks.door_in(term, |t| t.covers(Instant::now(), shard, token.epoch()))?;
+        if !covered {
+            return Err(status(
+                ErrorCode::Unavailable,
+                format!("token {} was granted after this cell's ownership lease of {shard} ended; retry with the same request_id", token.0),
+            ));
+        }
+        Ok(())
     }
 
     /// The ownership gate for any command that can hand a lock to someone: an acquire,
@@ -187,6 +206,7 @@ impl Cell {
         let shard = match cmd {
             Command::Acquire { shard, .. }
             | Command::Release { shard, .. }
+            | Command::ReleaseHeld { shard, .. }
             | Command::EndHold { shard, .. }
             | Command::LiftLockDelay { shard, .. }
             | Command::EndLockDelay { shard, .. }

@@ -29,6 +29,16 @@ use tokio::time::Instant;
 
 /// How long a timer's command may be in flight before the clock proposes it again.
 const REPROPOSE_AFTER: Duration = Duration::from_millis(500);
+/// How long an acquire's outcome is remembered after its hold ended, so a retry with
+/// the same request id is answered with it, never granted again (docs/semantics.md,
+/// "Idempotent acquire"). Counted by the leader on its monotonic clock from the moment
+/// it applied the end, or from its election for ends it did not see: never shorter.
+/// The SDK retries one call for at most its wait plus 30 s.
+pub const RETRY_WINDOW: Duration = Duration::from_secs(600);
+/// How often the leader looks for records past the retry window.
+const FORGET_EVERY: Duration = Duration::from_secs(30);
+/// One sample of the revision per this much time is kept.
+const REVISION_SAMPLE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 struct SessionTimer {
@@ -73,6 +83,10 @@ pub struct LeaseClock {
     delays: BTreeMap<(ShardKey, LockName), (Instant, Option<FencingToken>)>,
     /// Wait deadlines of queued acquires, with the revision each was queued at.
     waits: BTreeMap<(SessionId, RequestId), (Instant, Option<Revision>)>,
+    /// The replicated table's revision as this leader saw it, oldest first: at the
+    /// instant, everything at or below the revision had happened.
+    revisions: std::collections::VecDeque<(Instant, Revision)>,
+    last_forget: Instant,
 }
 
 impl LeaseClock {
@@ -87,6 +101,9 @@ impl LeaseClock {
             holds: BTreeMap::new(),
             delays: BTreeMap::new(),
             waits: BTreeMap::new(),
+            // What ended before the election ended at the latest now.
+            revisions: [(now, state.revision())].into(),
+            last_forget: now,
         };
         for (id, ttl_ms, checkpoint_ms) in state.session_countdowns() {
             let ttl = Duration::from_millis(ttl_ms);
@@ -101,7 +118,12 @@ impl LeaseClock {
         }
         for (key, name, token, _) in state.holds() {
             if let Some(max_hold) = max_hold(state, &key.ns) {
-                clock.holds.insert((key.clone(), name.clone(), token), now + max_hold);
+                // Counted from when this node applied the grant (issue #42: from the
+                // election, each leader change gave a hold its age again); a node
+                // that never saw it (restarted, restored) counts from now: later, never
+                // earlier.
+                let granted = arrivals.granted(key, name, token).unwrap_or(now).min(now);
+                clock.holds.insert((key.clone(), name.clone(), token), granted + max_hold);
             }
         }
         for (key, name, begun) in state.delayed_locks() {
@@ -220,6 +242,38 @@ impl LeaseClock {
         out
     }
 
+    /// Notes the replicated table's revision after an apply (one sample a second).
+    pub fn note_revision(&mut self, now: Instant, revision: Revision) {
+        if self.revisions.back().is_none_or(|(at, _)| now.saturating_duration_since(*at) >= REVISION_SAMPLE) {
+            self.revisions.push_back((now, revision));
+        }
+    }
+
+    /// Every [`FORGET_EVERY`]: the revision at or below which every hold ended at least
+    /// [`RETRY_WINDOW`] ago, for `ForgetRequests` (the caller checks there is anything
+    /// to forget). `None` until a window has passed since this leader's election.
+    pub fn forget_through(&mut self, now: Instant) -> Option<Revision> {
+        if now.saturating_duration_since(self.last_forget) < FORGET_EVERY {
+            return None;
+        }
+        self.last_forget = now;
+        let cutoff = now.checked_sub(RETRY_WINDOW)?;
+        let mut through = None;
+        while let Some((at, rev)) = self.revisions.front().copied() {
+            if at > cutoff {
+                break;
+            }
+            through = Some(rev);
+            // The newest sample old enough stays, so the next look starts from it.
+            if self.revisions.get(1).is_some_and(|(next, _)| *next <= cutoff) {
+                self.revisions.pop_front();
+            } else {
+                break;
+            }
+        }
+        through
+    }
+
     /// The earliest instant at which [`LeaseClock::due`] or a checkpoint has work.
     pub fn next_wakeup(&self) -> Instant {
         let mut next = self.last_checkpoint + self.checkpoint_interval;
@@ -278,6 +332,13 @@ impl LeaseClock {
                 for name in delayed_locks {
                     self.follow_delay(now, state, shard, name);
                 }
+                // An adoption in place sealed the old epoch first, and with it the
+                // sessions homed in the shard.
+                self.sessions.retain(|id, _| state.session(*id).is_some());
+            }
+            Command::SealShard { .. } => {
+                // The sessions homed in the shard ended with it.
+                self.sessions.retain(|id, _| state.session(*id).is_some());
             }
             _ => {}
         }
@@ -340,14 +401,26 @@ impl LeaseClock {
 /// `a + R` is never earlier than the client's deadline (monotonic clocks on different
 /// nodes advance at the same rate, up to drift). A node that learned the checkpoint
 /// late (restart, snapshot) only counts from later: longer, never shorter.
+///
+/// The same argument covers holds: a hold's max-hold runs from its grant, which this
+/// node applied no earlier than the leader committed it, so a new leader counting from
+/// this node's apply ends the hold no earlier than the old leader would have, and no
+/// later than that plus the time this node took to hear of the grant.
 #[derive(Debug, Default)]
 pub struct CheckpointArrivals {
     seen: HashMap<SessionId, Instant>,
+    /// When this node applied each current hold's grant.
+    granted: HashMap<(ShardKey, LockName, FencingToken), Instant>,
 }
 
 impl CheckpointArrivals {
     pub fn seen(&self, session: SessionId) -> Option<Instant> {
         self.seen.get(&session).copied()
+    }
+
+    /// When this node applied the grant of a current hold.
+    pub fn granted(&self, shard: &ShardKey, name: &LockName, token: FencingToken) -> Option<Instant> {
+        self.granted.get(&(shard.clone(), name.clone(), token)).copied()
     }
 
     /// Follows one applied command.
@@ -366,11 +439,23 @@ impl CheckpointArrivals {
             }
             _ => {}
         }
+        for ev in &applied.events {
+            match ev.kind {
+                EventKind::Acquired { token, .. } => {
+                    self.granted.insert((ev.shard.clone(), ev.name.clone(), token), now);
+                }
+                EventKind::Ended { token, .. } => {
+                    self.granted.remove(&(ev.shard.clone(), ev.name.clone(), token));
+                }
+                EventKind::Queued { .. } | EventKind::Dequeued { .. } => {}
+            }
+        }
     }
 
     /// A snapshot replaced the state: what this node saw no longer describes it.
     pub fn clear(&mut self) {
         self.seen.clear();
+        self.granted.clear();
     }
 }
 
@@ -589,6 +674,59 @@ mod tests {
         // The stated bound (docs/sessions.md): TTL + 2C + E, whatever the number of terms.
         assert!(expired_at - t0 >= TTL, "expired {:?} after its last renewal", expired_at - t0);
         assert!(expired_at - t0 <= TTL + 2 * CP + election, "{:?}", expired_at - t0);
+    }
+
+    /// Issue #42: a hold's max-hold is counted from its grant, not again from each
+    /// election. Before, a leader elected 1.5 s into a 2 s max-hold ended the hold 3.5 s
+    /// after its grant; every further election added the hold's age again.
+    #[test]
+    fn a_new_leader_ends_a_hold_at_its_max_hold_counted_from_the_grant() {
+        let t0 = Instant::now();
+        let mut st = state_with_sessions(0, Some(2_000));
+        let mut arrivals = CheckpointArrivals::default();
+        let mut old = LeaseClock::on_election(t0, &st, CP, &arrivals);
+        let applied = commit(&mut st, &mut old, t0, acquire_l(1, false));
+        arrivals.on_applied(t0, &acquire_l(1, false), &applied);
+        let Ok(holdfast_cell_state::Outcome::Granted { token }) = applied.result else { panic!() };
+        let end = Command::EndHold { shard: key(), name: LockName::new("l").unwrap(), token };
+        // Elections at 1.5 s and again at 1.9 s: the hold still ends at 2 s.
+        let mut new = LeaseClock::on_election(t0 + Duration::from_millis(1_500), &st, CP, &arrivals);
+        let mut newer = LeaseClock::on_election(t0 + Duration::from_millis(1_900), &st, CP, &arrivals);
+        for clock in [&mut new, &mut newer] {
+            assert!(!clock.due(t0 + Duration::from_millis(1_999)).contains(&end));
+            assert!(clock.due(t0 + Duration::from_millis(2_000)).contains(&end), "the max-hold restarted at the election");
+        }
+        // A node that never applied the grant (restarted) counts from its election.
+        let mut late = LeaseClock::on_election(t0 + Duration::from_millis(1_500), &st, CP, &CheckpointArrivals::default());
+        assert!(!late.due(t0 + Duration::from_millis(3_499)).contains(&end));
+        assert!(late.due(t0 + Duration::from_millis(3_500)).contains(&end));
+        // The hold ends: the arrival is forgotten.
+        let ended = commit(&mut st, &mut new, t0 + Duration::from_millis(2_000), end.clone());
+        arrivals.on_applied(t0, &end, &ended);
+        assert_eq!(arrivals.granted(&key(), &LockName::new("l").unwrap(), token), None);
+    }
+
+    /// Issue #42: the retry window is a time. The leader forgets an acquire's outcome
+    /// only once [`RETRY_WINDOW`] has passed since it saw the revision the hold ended
+    /// at; what ended before its election counts from the election.
+    #[test]
+    fn a_finished_acquire_is_forgotten_only_a_retry_window_after_it_ended() {
+        let t0 = Instant::now();
+        let st = state_with_sessions(0, None);
+        let before_election = st.revision();
+        let mut clock = LeaseClock::on_election(t0, &st, CP, &CheckpointArrivals::default());
+        // Revisions seen at 1 s and at 2 s.
+        clock.note_revision(t0 + Duration::from_secs(1), Revision(before_election.0 + 5));
+        clock.note_revision(t0 + Duration::from_secs(2), Revision(before_election.0 + 9));
+        assert_eq!(clock.forget_through(t0 + RETRY_WINDOW - Duration::from_millis(1)), None, "forgotten before a window passed");
+        assert_eq!(clock.forget_through(t0 + RETRY_WINDOW + Duration::from_millis(999)), None, "looked again before FORGET_EVERY");
+        let at = t0 + RETRY_WINDOW + FORGET_EVERY;
+        // A window before `at` is t0 + 30 s: every sample is older; the newest wins.
+        assert_eq!(clock.forget_through(at), Some(Revision(before_election.0 + 9)));
+        // A fresh leader: what ended before its election is a window away from it.
+        let mut fresh = LeaseClock::on_election(at, &st, CP, &CheckpointArrivals::default());
+        assert_eq!(fresh.forget_through(at + RETRY_WINDOW - Duration::from_millis(1)), None);
+        assert_eq!(fresh.forget_through(at + RETRY_WINDOW + FORGET_EVERY), Some(before_election));
     }
 
     /// Session `s` acquires lock `l` (request id `r`), waiting or not.

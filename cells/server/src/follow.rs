@@ -8,13 +8,14 @@
 //! (namespaces and shards come from `CellAdmin` calls, and no lease gates grants).
 
 use crate::cell::Cell;
-use crate::ownership::{plan, served, Listed, OwnershipLease, Step};
+use crate::ownership::{plan, served, Listed, Step};
 use holdfast_cell_state::{Command, Outcome};
-use holdfast_core::{Epoch, LockName, NamespaceConfig};
+use holdfast_core::{Epoch, LockName, NamespaceConfig, ShardKey};
 use holdfast_proto::convert::{namespace_from, shard_key};
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_rpc::{Budget, CancellationToken, Hints, Transport, Upstream};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -24,6 +25,8 @@ use tracing::{info, warn};
 const RETRY: Duration = Duration::from_millis(200);
 /// The pause before reporting an adoption the registry has not recorded yet.
 const UNRECORDED_PAUSE: Duration = Duration::from_millis(20);
+/// How often a new leader looks whether its duties have built its term.
+const TERM_POLL: Duration = Duration::from_millis(10);
 
 /// The cell's client of the registry: its configured endpoints only
 /// ([`Hints::Members`]), the one that answered last first.
@@ -68,14 +71,19 @@ impl RegistryLink {
 }
 
 /// Runs until `shutdown` fires: renews while this node leads, idles otherwise.
-pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, shutdown: CancellationToken) {
-    let Some(gate) = cell.ownership.as_ref() else { return };
+pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, shutdown: CancellationToken) {
+    if cell.ownership_margin.is_none() {
+        return;
+    }
     loop {
         let Some(term) = cell.group.await_leadership(&shutdown).await else { return };
-        // A new leader grants nothing until it has renewed.
-        *gate.lock().expect("ownership lock") = OwnershipLease::new(margin);
+        // The term's ownership lease starts empty: a new leader grants nothing until it
+        // has renewed. Its duties build the term; wait for it.
+        while cell.hooks.term_number() != Some(term) && cell.group.leader_in_term(term).is_some() && !shutdown.is_cancelled() {
+            tokio::time::sleep(TERM_POLL).await;
+        }
         info!(term, "following the registry: renewing the ownership lease");
-        while cell.group.leader_in_term(term).is_some() && !shutdown.is_cancelled() {
+        while cell.group.leader_in_term(term).is_some() && cell.hooks.term_number() == Some(term) && !shutdown.is_cancelled() {
             let pause = match follow_once(&cell, &mut link, term).await {
                 // An adoption the registry has not recorded holds this cell's grants
                 // back: report it almost at once rather than in lease/3 (not at once:
@@ -92,7 +100,6 @@ pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, margin: Duration, shut
                 _ = shutdown.cancelled() => {}
             }
         }
-        *gate.lock().expect("ownership lock") = OwnershipLease::new(margin);
     }
 }
 
@@ -116,7 +123,7 @@ async fn follow_once(cell: &Cell, link: &mut RegistryLink, term: u64) -> Result<
     });
     let sent = Instant::now();
     let answer = link.renew(serving, term).await?;
-    let lease = Duration::from_millis(answer.lease_ms);
+    let lease_len = Duration::from_millis(answer.lease_ms);
     let listed = answer.shards.into_iter().map(listed_from).collect::<Result<Vec<_>, _>>()?;
     let configs = answer
         .configs
@@ -124,7 +131,6 @@ async fn follow_once(cell: &Cell, link: &mut RegistryLink, term: u64) -> Result<
         .map(|c| namespace_from(c).map_err(|e| format!("registry sent an invalid namespace config: {e:?}")))
         .collect::<Result<Vec<NamespaceConfig>, _>>()?;
     let steps = cell.group.state().read(|m| plan(m.state(), &listed, &configs));
-    let gate = cell.ownership.as_ref().expect("following the registry");
     // Configs and adoptions first, so the lock-delay of an unsealed handover is known
     // when the lease records it.
     let mut reports = Vec::new();
@@ -153,9 +159,18 @@ async fn follow_once(cell: &Cell, link: &mut RegistryLink, term: u64) -> Result<
             }
         }
     }
-    gate.lock().expect("ownership lock").renewed(sent, Instant::now(), lease, &listed, |key| {
-        cell.group.state().read(|m| Duration::from_millis(m.state().namespace(&key.ns).map_or(0, |c| c.lock_delay_ms)))
-    });
+    // Read before the term is taken: the state is never read under the term.
+    let delays: HashMap<ShardKey, Duration> = cell
+        .group
+        .state()
+        .read(|m| listed.iter().map(|l| (l.shard.clone(), Duration::from_millis(m.state().namespace(&l.shard.ns).map_or(0, |c| c.lock_delay_ms)))).collect());
+    cell.hooks
+        .door_in(term, |t| {
+            if let Some(lease) = t.ownership() {
+                lease.renewed(sent, Instant::now(), lease_len, &listed, |key| delays.get(key).copied().unwrap_or_default());
+            }
+        })
+        .map_err(|s| s.message().to_owned())?;
     for r in reports {
         let (shard, epoch) = (format!("{}/{}", r.ns, r.shard), r.epoch);
         match link.report_sealed(r).await {
@@ -165,7 +180,7 @@ async fn follow_once(cell: &Cell, link: &mut RegistryLink, term: u64) -> Result<
     }
     let now_served = cell.group.state().read(|m| served(m.state().shards()));
     let unrecorded = listed.iter().filter(|l| !l.adopted && !l.draining).any(|l| now_served.contains(&(l.shard.clone(), l.epoch)));
-    Ok(Renewed { lease, unrecorded })
+    Ok(Renewed { lease: lease_len, unrecorded })
 }
 
 fn listed_from(s: rpb::OwnedShard) -> Result<Listed, String> {

@@ -4,7 +4,6 @@
 //! own from the replicated state (rule 4).
 
 use crate::cell::Cell;
-use crate::clock::LeaseClock;
 use holdfast_cell_state::Command;
 use holdfast_rpc::CancellationToken;
 use std::sync::Arc;
@@ -18,29 +17,28 @@ const TICK: Duration = Duration::from_millis(50);
 /// Runs until `shutdown` fires.
 pub async fn run(cell: Arc<Cell>, checkpoint_interval: Duration, shutdown: CancellationToken) {
     // `await_leadership` returns once everything earlier leaders committed is applied,
-    // so the clock is built from the state they left.
+    // so the term is built from the state they left.
     while let Some(term) = cell.group.await_leadership(&shutdown).await {
-        install_clock(&cell, checkpoint_interval);
+        begin(&cell, term, checkpoint_interval);
         info!(node_id = cell.group.node_id(), term, "leader duties started: session countdowns resumed");
-        duties(&cell, term, checkpoint_interval, &shutdown).await;
+        tokio::select! {
+            () = duties(&cell, term, checkpoint_interval, &shutdown) => {}
+            // Deposed: the term ends now, not at the duties' next tick, and with it every
+            // call still waiting in its queues.
+            () = cell.group.deposed(term) => {}
+        }
         // Efficiency locks held in this leader's memory are gone with it
         // (docs/semantics.md): the next leader starts with none.
-        cell.hooks.drop_volatile();
-        *cell.hooks.clock.lock().expect("clock lock") = None;
+        cell.hooks.end_term(term);
         info!(node_id = cell.group.node_id(), term, "leader duties stopped");
     }
 }
 
-/// Builds this leader's clock from the applied state (rule 4), and its volatile table
-/// of efficiency namespaces (no locks, every session). Done under the state's read
-/// lock, which every apply holds for writing, so no entry falls between the state they
-/// were built from and the first `on_applied` they see.
-fn install_clock(cell: &Cell, checkpoint_interval: Duration) {
+/// Builds this leader's term from the applied state (rule 4): its clock, its volatile
+/// table of efficiency namespaces (no locks, every session), an empty ownership lease.
+fn begin(cell: &Cell, term: u64, checkpoint_interval: Duration) {
     cell.group.state().read(|m| {
-        *cell.hooks.volatile.lock().expect("volatile lock") = Some(m.state().volatile());
-        let mut clock = cell.hooks.clock.lock().expect("clock lock");
-        let arrivals = cell.hooks.arrivals.lock().expect("arrivals lock");
-        *clock = Some(LeaseClock::on_election(Instant::now(), m.state(), checkpoint_interval, &arrivals));
+        cell.hooks.begin_term(term, m.state(), checkpoint_interval, cell.ownership_margin);
         // Every timer restarts here: the simulation's bound on a waiter's stay counts
         // from this moment (drills/sim/src/stamps.rs).
         tracing::debug!(node_id = cell.group.node_id(), "timers restarted");
@@ -53,24 +51,28 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
             return;
         }
         let Some(leader) = cell.group.leader_in_term(term) else { return };
-        let (commands, next) = {
-            let mut guard = cell.hooks.clock.lock().expect("clock lock");
-            let clock = match guard.as_mut() {
-                Some(c) => c,
-                None => {
-                    // A snapshot replaced the state under us: rebuild from it.
-                    drop(guard);
-                    install_clock(cell, checkpoint_interval);
-                    continue;
-                }
-            };
+        let planned = cell.hooks.door_in(term, |t| {
             let now = Instant::now();
             // The checkpoint first: the sessions it lists are marked from now, and the
             // sooner it lands the shorter a racing renewal waits.
+            let clock = t.clock();
             let mut commands: Vec<Command> = clock.checkpoint(now).into_iter().collect();
             commands.extend(clock.due(now));
-            (commands, clock.next_wakeup())
+            (commands, clock.forget_through(now), clock.next_wakeup())
+        });
+        let (mut commands, forget, next) = match planned {
+            Ok(p) => p,
+            Err(_) => {
+                // A snapshot replaced the state under us: rebuild from it.
+                begin(cell, term, checkpoint_interval);
+                continue;
+            }
         };
+        // Acquires past the retry window are forgotten (read outside the term: the state
+        // is never read under it).
+        if let Some(through) = forget.filter(|r| cell.group.state().read(|m| m.state().forgettable(*r))) {
+            commands.push(Command::ForgetRequests { through });
+        }
         for cmd in commands {
             let kind = cmd.kind();
             // Timers that can grant (a lifted lock-delay, an ended hold, an expiry or a
@@ -98,8 +100,8 @@ async fn duties(cell: &Arc<Cell>, term: u64, checkpoint_interval: Duration, shut
                 Ok(Err(e)) => tracing::debug!(kind, error = %e, "timer command refused"),
                 Err(s) => {
                     warn!(kind, error = %s.message(), "timer command not committed; the clock proposes it again");
-                    if let (Some(cp), Some(clock)) = (&failed, cell.hooks.clock.lock().expect("clock lock").as_mut()) {
-                        clock.checkpoint_not_committed(cp);
+                    if let Some(cp) = &failed {
+                        let _ = cell.hooks.door_in(term, |t| t.clock().checkpoint_not_committed(cp));
                     }
                     break;
                 }

@@ -2,8 +2,10 @@
 //! (`holdfast-cell-state`), the Raft substrate (`holdfast-raft`) and the lock API
 //! (`holdfast-proto`).
 //!
-//! What lives here: the leader's lease clock ([`clock`]) and its duties ([`leader`]),
-//! the hooks that wake waiting calls and feed Watch ([`machine`]), the LockService and
+//! What lives here: the leader's state for one term ([`term`]: its lease clock
+//! ([`clock`]), volatile table, wake-ups and ownership lease) and its duties
+//! ([`leader`]), the hooks that feed it and Watch from the log ([`machine`]), the
+//! registry follower ([`follow`], [`ownership`]), the LockService and
 //! CellAdmin handlers, the node's configuration and its lifecycle ([`CellServer`]).
 //! What does not: lock semantics (the state crate), Raft storage and transport (the
 //! raft crate), error-code tables (core).
@@ -20,6 +22,7 @@ pub mod metrics;
 pub mod ownership;
 pub mod server;
 pub mod service;
+pub mod term;
 
 pub use config::CellConfig;
 pub use server::CellServer;

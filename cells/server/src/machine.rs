@@ -1,33 +1,37 @@
 //! The cell's replicated state as the Raft substrate sees it: the pure lock table plus
 //! the hooks that the server needs to see every apply, in log order, as it happens.
 //!
-//! The lock table stays pure. The hooks are glue: the leader's lease clock (updated in
-//! the same critical section as the state, so a clock and the state it was built from
-//! never disagree), the open calls of queued acquires (woken by their grant), and the
-//! broadcast that feeds Watch streams. None of them can change the replicated state.
+//! The lock table stays pure. The hooks are glue: the slot of the leader's current term
+//! ([`LeaderTerm`], `term.rs`: its clock, volatile table, wake-ups and ownership lease,
+//! updated in the same critical section as the state, so a term and the state it was
+//! built from never disagree), what every node remembers of when it applied checkpoints
+//! and grants ([`CheckpointArrivals`]), and the broadcast that feeds Watch streams. None
+//! of them can change the replicated state.
 //!
-//! The leader's volatile table of efficiency namespaces (the lock table's
-//! `volatile.rs`) lives here too: lock commands of those namespaces are applied to it
-//! instead of being proposed, and the replicated commands it must also see (configs,
-//! shards, sessions created and ended) are applied to it right after the log applies
-//! them, so the two tables never disagree on who is alive.
+//! Every apply holds the state's write lock while it takes the term's; so nothing may
+//! read the state while it holds the term: [`Hooks::door`] hands out `&mut LeaderTerm`
+//! only, and `term.rs` has no way to reach the state.
 
-use crate::clock::{CheckpointArrivals, LeaseClock};
-use holdfast_cell_state::{Applied, CellState, Command, DequeueReason, Entry, Event, EventKind};
-use holdfast_core::{Epoch, Seq, ShardKey};
-use holdfast_core::{FencingToken, RequestId, SessionId};
+use crate::clock::CheckpointArrivals;
+pub use crate::term::WaitResult;
+use crate::term::{LeaderTerm, WaiterKey};
+use holdfast_cell_state::{Applied, CellState, Command, Entry, Event, EventKind};
+use holdfast_core::{Epoch, ErrorCode, Seq, ShardKey};
+use holdfast_core::{RequestId, SessionId};
 use holdfast_raft::ReplicatedState;
-use std::collections::BTreeMap;
+use holdfast_rpc::status::status;
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
+use tonic::Status;
 
-/// A wake-up armed for one call; dropping it removes the wake-up from the table
-/// (unless another call for the same request still waits on its own).
+/// A wake-up armed for one call in one term; dropping it removes the wake-up (unless
+/// another call for the same request still waits on its own).
 #[derive(Debug)]
 pub struct Armed {
     hooks: Arc<Hooks>,
+    term: u64,
     key: WaiterKey,
     rx: Option<oneshot::Receiver<WaitResult>>,
 }
@@ -43,78 +47,87 @@ impl Drop for Armed {
     fn drop(&mut self) {
         // Close our receiver first, so disarming sees this sender closed.
         drop(self.rx.take());
-        self.hooks.disarm_closed(self.key.0, &self.key.1);
+        let _ = self.hooks.door_in(self.term, |t| t.disarm_closed(&self.key));
     }
 }
 
-/// How a queued acquire ended, for the call that is waiting on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitResult {
-    Granted(FencingToken),
-    Dequeued(DequeueReason),
-}
-
-type WaiterKey = (SessionId, RequestId);
-
-/// Shared between the state machine (which fires them) and the server (which arms them).
+/// Shared between the state machine (which feeds them) and the server (which reads them).
 #[derive(Debug)]
 pub struct Hooks {
-    /// `Some` only while this node leads and has built its clock.
-    pub clock: Mutex<Option<LeaseClock>>,
-    /// The volatile table of efficiency namespaces: `Some` only while this node leads
-    /// and has built it (with the clock). Locked before `clock` when both are taken.
-    pub volatile: Mutex<Option<CellState>>,
-    /// When this node applied each session's latest checkpoint (every node keeps it,
-    /// so whichever is elected next can resume countdowns from there). Locked after
-    /// `clock` when both are taken.
-    pub arrivals: Mutex<CheckpointArrivals>,
-    /// Ordered: waiters are woken in one order when a node stops (docs/simulation.md).
-    waiters: Mutex<BTreeMap<WaiterKey, Vec<oneshot::Sender<WaitResult>>>>,
+    /// The leader's state for its current term; `None` on a follower, and on a leader
+    /// until its duties have built it.
+    term: Mutex<Option<LeaderTerm>>,
+    /// When this node applied each session's latest checkpoint and each hold's grant
+    /// (every node keeps it, so whichever is elected next resumes countdowns from there).
+    /// Never taken together with `term`.
+    arrivals: Mutex<CheckpointArrivals>,
     events: broadcast::Sender<Event>,
 }
 
 impl Hooks {
     pub fn new() -> Arc<Hooks> {
         let (events, _) = broadcast::channel(4096);
-        Arc::new(Hooks {
-            clock: Mutex::new(None),
-            volatile: Mutex::new(None),
-            arrivals: Mutex::new(CheckpointArrivals::default()),
-            waiters: Mutex::new(BTreeMap::new()),
-            events,
-        })
+        Arc::new(Hooks { term: Mutex::new(None), arrivals: Mutex::new(CheckpointArrivals::default()), events })
     }
 
-    /// [`Hooks::arm`], with the wake-up dropped from the table however the call ends:
-    /// granted at once, refused, its proposal failed, or the caller went away.
-    pub fn arm_guarded(self: &Arc<Self>, session: SessionId, request_id: RequestId) -> Armed {
-        let rx = self.arm(session, request_id.clone());
-        Armed { hooks: self.clone(), key: (session, request_id), rx: Some(rx) }
+    fn slot(&self) -> MutexGuard<'_, Option<LeaderTerm>> {
+        self.term.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The one door to the leader's term: `f` runs on it, or `UNAVAILABLE` when this
+    /// node has no term (not leading, or just elected and still building it).
+    pub fn door<T>(&self, f: impl FnOnce(&mut LeaderTerm) -> T) -> Result<T, Status> {
+        self.slot().as_mut().map(f).ok_or_else(no_term)
+    }
+
+    /// [`Hooks::door`], only if the current term is term `number` (a duty or a call
+    /// that began in it); `UNAVAILABLE` otherwise.
+    pub fn door_in<T>(&self, number: u64, f: impl FnOnce(&mut LeaderTerm) -> T) -> Result<T, Status> {
+        self.slot().as_mut().filter(|t| t.number() == number).map(f).ok_or_else(no_term)
+    }
+
+    /// The number of the current term, if this node has one.
+    pub fn term_number(&self) -> Option<u64> {
+        self.slot().as_ref().map(LeaderTerm::number)
+    }
+
+    /// Builds and installs the term of a leader elected in term `number` from `state`,
+    /// the applied state it must be built from (the caller holds its read lock, which
+    /// every apply holds for writing: no entry falls between the state and the term's
+    /// first `on_committed`). An earlier term still installed ends first.
+    pub fn begin_term(&self, number: u64, state: &CellState, checkpoint_interval: std::time::Duration, margin: Option<std::time::Duration>) {
+        let now = Instant::now();
+        let term = {
+            let arrivals = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
+            LeaderTerm::begin(number, now, state, checkpoint_interval, &arrivals, margin)
+        };
+        let old = self.slot().replace(term);
+        drop(old);
+    }
+
+    /// Ends term `number` if it is the current one: its waiting calls are answered
+    /// ([`WaitResult::Deposed`]), its volatile locks and its ownership lease are gone.
+    pub fn end_term(&self, number: u64) {
+        let mut slot = self.slot();
+        if slot.as_ref().is_some_and(|t| t.number() == number) {
+            let ended = slot.take();
+            drop(slot);
+            drop(ended);
+        }
+    }
+
+    /// Arms a wake-up for a queued acquire in the current term. Arm it *before*
+    /// proposing the acquire, so a grant that commits before the proposer hears
+    /// "queued" is not missed. Dropped from the table however the call ends.
+    pub fn arm_guarded(self: &Arc<Self>, session: SessionId, request_id: RequestId) -> Result<Armed, Status> {
+        let key = (session, request_id);
+        let (term, rx) = self.door(|t| (t.number(), t.arm(key.clone())))?;
+        Ok(Armed { hooks: self.clone(), term, key, rx: Some(rx) })
     }
 
     /// Wake-ups armed and not yet fired or dropped.
     pub fn armed(&self) -> usize {
-        self.waiters.lock().expect("waiters lock").values().map(Vec::len).sum()
-    }
-
-    /// Arms a wake-up for a queued acquire. Arm it *before* proposing the acquire, so
-    /// a grant that commits before the proposer hears "queued" is not missed.
-    pub fn arm(&self, session: SessionId, request_id: RequestId) -> oneshot::Receiver<WaitResult> {
-        let (tx, rx) = oneshot::channel();
-        self.waiters.lock().expect("waiters lock").entry((session, request_id)).or_default().push(tx);
-        rx
-    }
-
-    /// Drops wake-ups whose calls went away.
-    pub fn disarm_closed(&self, session: SessionId, request_id: &RequestId) {
-        let mut w = self.waiters.lock().expect("waiters lock");
-        let key = (session, request_id.clone());
-        if let Some(list) = w.get_mut(&key) {
-            list.retain(|tx| !tx.is_closed());
-            if list.is_empty() {
-                w.remove(&key);
-            }
-        }
+        self.slot().as_ref().map_or(0, LeaderTerm::armed)
     }
 
     /// A stream of every event applied from now on.
@@ -122,91 +135,61 @@ impl Hooks {
         self.events.subscribe()
     }
 
-    /// Applies a lock command of an efficiency namespace to the volatile table; the
-    /// leader's timers, the waiting calls and the watchers see it as they see a
-    /// committed entry. `None` while no volatile table is built (not leading).
+    /// Applies a lock command of an efficiency namespace to the leader's volatile table
+    /// (no log write); the timers, the waiting calls and the watchers see it as they see
+    /// a committed entry. `None` while no term is built (not leading).
     pub fn apply_volatile(&self, entry: &Entry) -> Option<Applied> {
-        let mut guard = self.volatile.lock().expect("volatile lock");
-        let table = guard.as_mut()?;
-        let applied = table.apply(entry);
-        if let Some(clock) = self.clock.lock().expect("clock lock").as_mut() {
-            clock.on_applied(Instant::now(), &entry.cmd, &applied, table);
-        }
-        // Fired under the table's lock, so events reach watchers in revision order.
-        self.fire(&applied.events);
+        let mut slot = self.slot();
+        let term = slot.as_mut()?;
+        let applied = term.apply_volatile(Instant::now(), entry);
+        // Sent under the term's lock, so events reach watchers in revision order.
+        self.broadcast(&applied.events);
         Some(applied)
     }
 
-    /// Drops the volatile table when this node stops leading (or its state was
-    /// replaced). Its waiting calls are answered at once ("outcome unknown, retry",
-    /// which finds the new leader) instead of at the end of their waits: nobody is
-    /// left to grant them here.
-    pub fn drop_volatile(&self) {
-        let Some(table) = self.volatile.lock().expect("volatile lock").take() else { return };
-        let mut waiters = self.waiters.lock().expect("waiters lock");
-        for (_, _, session, request_id) in table.waiters() {
-            // Dropping the senders wakes the calls with "closed".
-            waiters.remove(&(session, request_id.clone()));
-        }
-    }
-
-    /// Reads the volatile table; `None` while none is built.
+    /// Reads the volatile table; `None` while no term is built.
     pub fn read_volatile<T>(&self, f: impl FnOnce(&CellState) -> T) -> Option<T> {
-        self.volatile.lock().expect("volatile lock").as_ref().map(f)
+        self.slot().as_ref().map(|t| f(t.volatile()))
     }
 
     /// Hands a committed `ReserveTokens` to the volatile table (see its
     /// `take_reservation`). Returns whether it was taken.
     pub fn take_reservation(&self, shard: &ShardKey, epoch: Epoch, from: Seq, through: Seq) -> bool {
-        self.volatile.lock().expect("volatile lock").as_mut().is_some_and(|t| t.take_reservation(shard, epoch, from, through))
+        self.door(|t| t.volatile_mut().take_reservation(shard, epoch, from, through)).unwrap_or(false)
     }
 
-    /// Applies a committed entry to the volatile table too, if it is one the volatile
-    /// table must see: a session that ends must end its volatile holds and waits.
-    fn mirror(&self, now: Instant, entry: &Entry) {
-        let mirrored = matches!(
-            entry.cmd,
-            Command::ApplyConfig { .. }
-                | Command::AdoptShard { .. }
-                | Command::SealShard { .. }
-                | Command::CreateSession { .. }
-                | Command::CreateOwnedSession { .. }
-                | Command::CloseSession { .. }
-                | Command::ExpireSession { .. }
-        );
-        if !mirrored {
-            return;
-        }
-        let mut guard = self.volatile.lock().expect("volatile lock");
-        let Some(table) = guard.as_mut() else { return };
-        let applied = table.apply(entry);
-        if let Some(clock) = self.clock.lock().expect("clock lock").as_mut() {
-            // The command itself was already counted with the replicated apply.
-            clock.on_events(now, &applied.events, table);
-        }
-        self.fire(&applied.events);
+    /// Follows one committed entry, under the state's write lock: the term (if any),
+    /// then every node's arrivals, then the watchers.
+    fn committed(&self, entry: &Entry, applied: &Applied, state: &CellState) {
+        let now = Instant::now();
+        let mut slot = self.slot();
+        let mirrored = slot.as_mut().map(|t| t.on_committed(now, entry, applied, state)).unwrap_or_default();
+        self.broadcast(&applied.events);
+        self.broadcast(&mirrored);
+        drop(slot);
+        self.arrivals.lock().unwrap_or_else(|e| e.into_inner()).on_applied(now, &entry.cmd, applied);
     }
 
-    fn fire(&self, events: &[Event]) {
-        let mut waiters = self.waiters.lock().expect("waiters lock");
-        for ev in events {
-            let result = match ev.kind {
-                EventKind::Acquired { token, .. } => WaitResult::Granted(token),
-                EventKind::Dequeued { reason } => WaitResult::Dequeued(reason),
-                EventKind::Ended { .. } | EventKind::Queued { .. } => continue,
-            };
-            if let Some(list) = waiters.remove(&(ev.session, ev.request_id.clone())) {
-                for tx in list {
-                    let _ = tx.send(result);
-                }
-            }
-        }
-        drop(waiters);
+    /// A snapshot replaced the state: a term built from the old one is wrong now (the
+    /// leader's duties build a new one), and what this node saw no longer describes it.
+    fn replaced(&self) {
+        let ended = self.slot().take();
+        drop(ended);
+        self.arrivals.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    fn broadcast(&self, events: &[Event]) {
         for ev in events {
             // No receivers is fine: nobody watches.
             let _ = self.events.send(ev.clone());
         }
     }
+}
+
+/// Between an election and the leader building its term, or after it stopped leading:
+/// the caller retries and finds the leader.
+fn no_term() -> Status {
+    status(ErrorCode::Unavailable, "this node is not leading (or was just elected and is still starting); retry")
 }
 
 /// The lock table plus its hooks.
@@ -275,21 +258,21 @@ impl ReplicatedState for CellMachine {
             Command::AdoptShard { shard, .. } => self.state.shard_epoch(shard).map(|e| (shard.clone(), e.0)),
             _ => None,
         };
+        // A seal (or an adoption that seals first) ends the sessions homed in the shard.
+        let homed = match &entry.cmd {
+            Command::SealShard { shard, .. } | Command::AdoptShard { shard, .. } => self.state.sessions_homed_in(shard),
+            _ => Vec::new(),
+        };
         let applied = self.state.apply(&entry);
         if let (Command::CloseSession { session } | Command::ExpireSession { session }, Ok(_)) = (&entry.cmd, &applied.result) {
             // The moment a replica applied a session's end (drills/sim/src/stamps.rs).
             tracing::debug!(session = session.0, "session ended");
         }
-        stamp(&self.state, sealed.as_ref(), &applied.events);
-        let now = Instant::now();
-        let mut clock = self.hooks.clock.lock().expect("clock lock");
-        if let Some(clock) = clock.as_mut() {
-            clock.on_applied(now, &entry.cmd, &applied, &self.state);
+        for session in homed.into_iter().filter(|s| self.state.session(*s).is_none()) {
+            tracing::debug!(session = session.0, "session ended");
         }
-        self.hooks.arrivals.lock().expect("arrivals lock").on_applied(now, &entry.cmd, &applied);
-        drop(clock);
-        self.hooks.fire(&applied.events);
-        self.hooks.mirror(now, &entry);
+        stamp(&self.state, sealed.as_ref(), &applied.events);
+        self.hooks.committed(&entry, &applied, &self.state);
         Ok(applied.encode())
     }
 
@@ -303,12 +286,7 @@ impl ReplicatedState for CellMachine {
         if self.planted {
             self.state.plant_token_reuse();
         }
-        // A clock (and a volatile table) built from the old state is wrong now; the
-        // leader task rebuilds them.
-        self.hooks.drop_volatile();
-        let mut clock = self.hooks.clock.lock().expect("clock lock");
-        *clock = None;
-        self.hooks.arrivals.lock().expect("arrivals lock").clear();
+        self.hooks.replaced();
         Ok(())
     }
 }

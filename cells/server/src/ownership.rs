@@ -134,6 +134,15 @@ impl OwnershipLease {
     pub fn held(&self, now: Instant) -> bool {
         self.until.is_some_and(|u| now < u)
     }
+
+    /// May a grant of `shard` at `epoch`, committed under this lease, be answered now?
+    /// Only while the lease (less its margin) lasts and still lists the shard at that
+    /// epoch: past it, the registry may already let another cell grant at the next
+    /// epoch. A draining shard is still covered: its seal, later in the log, ends the
+    /// hold with `MOVED`, and the registry waits for that seal.
+    pub fn covers(&self, now: Instant, shard: &ShardKey, epoch: Epoch) -> bool {
+        self.held(now) && self.shards.get(shard).is_some_and(|c| c.epoch == epoch)
+    }
 }
 
 /// What a renewal reports as served: every unsealed shard and its epoch — except a

@@ -103,11 +103,11 @@ impl CellServer {
         let group = Group::new(node.raft().clone(), node.state().clone(), cfg.node_id, "this cell");
         let registry = cfg.registry();
         let margin = Duration::from_millis(cfg.ownership_margin_ms);
-        let ownership = (!registry.is_empty()).then(|| std::sync::Mutex::new(crate::ownership::OwnershipLease::new(margin)));
+        let ownership_margin = (!registry.is_empty()).then_some(margin);
         let tasks = Tasks::new();
         let transport = node.transport().clone();
         let audit = (!registry.is_empty()).then(|| Upstream::new(&transport, registry.clone(), Hints::Members));
-        let cell = Arc::new(Cell { group, hooks, ownership, tasks: tasks.clone(), audit, reserving: tokio::sync::Mutex::new(()) });
+        let cell = Arc::new(Cell { group, hooks, ownership_margin, tasks: tasks.clone(), audit, reserving: tokio::sync::Mutex::new(()) });
         let router = transport
             .grpc_server()
             // A cell's own port serves the cluster (gateways, operators as root): callers
@@ -120,7 +120,7 @@ impl CellServer {
         serving.spawn("metrics refresh", crate::metrics::refresh(cell.clone(), cfg.cell.clone(), stop.clone()));
         if !registry.is_empty() {
             let link = crate::follow::RegistryLink::new(cfg.cell.clone(), registry, &transport);
-            serving.spawn("registry follower", crate::follow::run(cell.clone(), link, margin, stop.clone()));
+            serving.spawn("registry follower", crate::follow::run(cell.clone(), link, stop.clone()));
         }
         if let Some(listener) = metrics {
             serving.serve_metrics(listener);
@@ -129,9 +129,9 @@ impl CellServer {
         CellServer { serving, cell }
     }
 
-    /// Is this node leading and running its lease clock?
+    /// Is this node leading and running its term (clock, timers, wake-ups)?
     pub fn leads(&self) -> bool {
-        self.cell.assume_leader().is_ok() && self.cell.hooks.clock.lock().expect("clock lock").is_some()
+        self.cell.assume_leader().is_ok() && self.cell.hooks.term_number().is_some()
     }
 
     /// Wake-ups armed for waiting acquires on this node (each is dropped when its call

@@ -43,8 +43,7 @@ impl LockApi {
     }
 
     fn ttl_remaining(&self, session: SessionId) -> u64 {
-        let clock = self.cell.hooks.clock.lock().expect("clock lock");
-        clock.as_ref().and_then(|c| c.remaining(Instant::now(), session)).map_or(0, |d| d.as_millis() as u64)
+        self.cell.hooks.door(|t| t.clock().remaining(Instant::now(), session)).ok().flatten().map_or(0, |d| d.as_millis() as u64)
     }
 
     /// `NOT_OWNER` for a renewal whose session's shard has moved on: the session lives
@@ -113,14 +112,13 @@ impl LockApi {
         }
         // Rule 1, once for the message.
         self.cell.lease_check().await?;
-        let (first_decision, decisions) = {
+        let (first_decision, decisions) = self.cell.hooks.door(|t| {
             let now = Instant::now();
-            let mut clock = self.cell.hooks.clock.lock().expect("clock lock");
-            let Some(c) = clock.as_mut() else { return Err(status(ErrorCode::Unavailable, "the leader is still starting its clock")) };
+            let c = t.clock();
             let first_decision = c.renew(now, first);
             let decisions: Vec<Option<Renewal>> = msg.more.iter().zip(&more).map(|(id, done)| done.is_none().then(|| c.renew(now, SessionId(*id)))).collect();
             (first_decision, decisions)
-        };
+        })?;
         let ttl_remaining_ms = self.settle(first, first_decision).await?;
         for ((&id, slot), decision) in msg.more.iter().zip(more.iter_mut()).zip(decisions) {
             let Some(decision) = decision else { continue };
@@ -160,13 +158,7 @@ impl LockApi {
         // checkpoint lands in the log (not counted), once after.
         for _ in 0..4 {
             let leader = self.cell.lease_check().await?;
-            let decision = {
-                let mut clock = self.cell.hooks.clock.lock().expect("clock lock");
-                match clock.as_mut() {
-                    Some(c) => c.renew(Instant::now(), session),
-                    None => return Err(status(ErrorCode::Unavailable, "the leader is still starting its clock")),
-                }
-            };
+            let decision = self.cell.hooks.door(|t| t.clock().renew(Instant::now(), session))?;
             match decision {
                 Renewal::Confirmed { ttl_remaining } => return Ok(ttl_remaining.as_millis() as u64),
                 Renewal::NeedsClear => {
@@ -279,8 +271,9 @@ impl LockService for LockApi {
             return Err(invalid(format!("wait_timeout_ms {} exceeds {} ms", r.wait_timeout_ms, MAX_WAIT.as_millis())));
         }
         let leader = self.cell.assume_leader()?;
-        // A queued request waits only while this node leads in this term (below).
-        let term = self.cell.group.term();
+        // The term this call lives in: its grant is answered, and its wait lasts, only
+        // while that term does (`term.rs`).
+        let term = self.cell.hooks.door(|t| t.number())?;
         self.cell.check_session_owner(&ctx, session)?;
         let cmd =
             Command::Acquire { shard: shard.clone(), epoch, name: name.clone(), session, mode, request_id: rid.clone(), value: r.value, wait: !wait.is_zero() };
@@ -291,11 +284,12 @@ impl LockService for LockApi {
         }
         // Armed before proposing: a grant may commit before we hear "queued".
         // Dropped (and the wake-up with it) however this call ends.
-        let mut armed = (!wait.is_zero()).then(|| self.cell.hooks.arm_guarded(session, rid.clone()));
+        let mut armed = (!wait.is_zero()).then(|| self.cell.hooks.arm_guarded(session, rid.clone())).transpose()?;
         let outcome = self.cell.submit(leader, cmd).await;
         // Time spent in the lock's queue: not service time (`metrics.rs`).
         let mut queue_time = Duration::ZERO;
         let granted = |token: FencingToken| {
+            self.cell.answer_grant(term, &shard, token)?;
             debug!(shard = %shard, lock = %name, session = %session, token = token.0, "granted");
             Ok(Response::new(pb::AcquireResponse { token: token.0, ttl_remaining_ms: self.ttl_remaining(session), epoch: token.epoch().0, unfenced: false }))
         };
@@ -308,37 +302,33 @@ impl LockService for LockApi {
             }
             Ok(Outcome::Queued { .. }) => {
                 let woken = armed.as_mut().expect("checked above").take();
-                if let Some(clock) = self.cell.hooks.clock.lock().expect("clock lock").as_mut() {
-                    clock.track_wait(session, rid.clone(), started + wait);
-                }
+                let _ = self.cell.hooks.door_in(term, |t| t.clock().track_wait(session, rid.clone(), started + wait));
                 let queued = Instant::now();
-                let woken = tokio::select! {
-                    biased;
-                    // Deposed while the call waited: this node hears the log late, if
-                    // at all — cut off, or catching up behind a seal that has since
-                    // moved the shard on, it would wake on a grant whose hold is long
-                    // gone. The wait ends now; the caller retries with the same request
-                    // id at the leader, which knows where the request stands.
-                    () = self.cell.group.deposed(term) => None,
-                    woken = tokio::time::timeout(wait.saturating_sub(started.elapsed()) + WAIT_GRACE, woken)
-                        .instrument(tracing::info_span!("lock.queue_wait", lock = %name)) => Some(woken),
-                };
+                // The term ends the wait too: deposed, this node hears the log late if at
+                // all, and dropping the term answers the call (`WaitResult::Deposed`).
+                let woken = tokio::time::timeout(wait.saturating_sub(started.elapsed()) + WAIT_GRACE, woken)
+                    .instrument(tracing::info_span!("lock.queue_wait", lock = %name))
+                    .await;
                 queue_time = queued.elapsed();
                 match woken {
-                    None => {
-                        Err(status(ErrorCode::Unavailable, format!("this node stopped leading while request {rid} waited; retry it with the same request_id")))
-                    }
-                    Some(Ok(Ok(WaitResult::Granted(token)))) => {
+                    Ok(Ok(WaitResult::Granted(token))) => {
                         crate::metrics::waited(&shard.ns, queue_time);
                         granted(token)
                     }
-                    Some(Ok(Ok(WaitResult::Dequeued(DequeueReason::Timeout)))) => {
+                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Timeout))) => {
                         Err(status(ErrorCode::Timeout, format!("not granted within {} ms", wait.as_millis())))
                     }
-                    Some(Ok(Ok(WaitResult::Dequeued(DequeueReason::SessionEnded)))) => {
+                    Ok(Ok(WaitResult::Dequeued(DequeueReason::SessionEnded))) => {
                         Err(status(ErrorCode::SessionExpired, format!("session {session} ended while waiting")))
                     }
-                    Some(Ok(Ok(WaitResult::Dequeued(DequeueReason::Moved)))) => Err(status(ErrorCode::NotOwner, format!("shard {shard} moved while waiting"))),
+                    Ok(Ok(WaitResult::Dequeued(DequeueReason::Moved))) => Err(status(ErrorCode::NotOwner, format!("shard {shard} moved while waiting"))),
+                    Ok(Ok(WaitResult::LeaseEnded)) => Err(status(
+                        ErrorCode::Unavailable,
+                        format!("request {rid} was granted after this cell's ownership lease of {shard} ended; retry it with the same request_id"),
+                    )),
+                    Ok(Ok(WaitResult::Deposed)) => {
+                        Err(status(ErrorCode::Unavailable, format!("this node stopped leading while request {rid} waited; retry it with the same request_id")))
+                    }
                     // The timeout's commit did not arrive: the outcome is unknown, never "absent".
                     _ => Err(status(ErrorCode::Unavailable, "wait outcome unknown (leader change?); retry with the same request_id")),
                 }
@@ -360,14 +350,24 @@ impl LockService for LockApi {
         let (shard, _) = shard_ref(r.shard)?;
         let name = lock_name(r.name)?;
         let leader = self.cell.assume_leader()?;
-        // Only the holder's own identity releases a hold (an administrator breaks it).
+        // Only the holder's own identity releases a hold (an administrator breaks it),
+        // and only the session named here, checked again when the release is applied
+        // (issue #42, hole 3: checked only now, a release of a token not yet granted
+        // could end the hold of whoever is granted it next).
         let token = FencingToken(r.token);
-        let holder = self.cell.group.state().read(|m| m.state().holder_session(&shard, &name, token));
-        if let Some(session) = holder.or_else(|| self.cell.hooks.read_volatile(|t| t.holder_session(&shard, &name, token)).flatten()) {
+        let session = match SessionId(r.session_id) {
+            SessionId(0) => {
+                let holder = self.cell.group.state().read(|m| m.state().holder_session(&shard, &name, token));
+                // Not held now: bound to nobody, so it ends no later grant of the token.
+                holder.or_else(|| self.cell.hooks.read_volatile(|t| t.holder_session(&shard, &name, token)).flatten()).unwrap_or(SessionId(0))
+            }
+            named => named,
+        };
+        if session != SessionId(0) {
             self.cell.check_session_owner(&ctx, session)?;
         }
+        let cmd = Command::ReleaseHeld { shard, name, token, session };
         // A release hands the lock to the next waiter: a grant like any other.
-        let cmd = Command::Release { shard, name, token };
         self.cell.may_propose(&cmd)?;
         match self.cell.submit(leader, cmd).await? {
             Ok(_) => Ok(Response::new(pb::ReleaseResponse {})),

@@ -35,7 +35,7 @@ async fn holder_survives_leader_kill_and_next_grant_is_larger() {
     let mut cb = c2.clone();
     let waiter = tokio::spawn(async move { cb.acquire(acquire_req(b, "settle", "b-1", 10_000)).await });
     wait_queued(&mut c2, "settle").await;
-    c2.release(pb::ReleaseRequest { shard: shard(), name: "settle".into(), token: ta }).await.unwrap();
+    c2.release(pb::ReleaseRequest { shard: shard(), name: "settle".into(), token: ta, session_id: 0 }).await.unwrap();
     let tb = waiter.await.unwrap().unwrap().into_inner().token;
     assert!(tb > ta, "{tb} should exceed {ta}");
     cell.shutdown().await;
@@ -53,7 +53,7 @@ async fn efficiency_locks_write_no_log_are_lost_with_the_leader_and_tokens_still
     let l1 = cell.leader().await;
     let mut c = cell.client(l1).await;
     let (a, b) = (create_session(&mut c, TTL_MS).await, create_session(&mut c, TTL_MS).await);
-    let release = |name: &str, token: u64| pb::ReleaseRequest { shard: shard(), name: name.into(), token };
+    let release = |name: &str, token: u64| pb::ReleaseRequest { shard: shard(), name: name.into(), token, session_id: 0 };
 
     info!("--- 200 cycles: no log entry each (the first reserves a block of tokens)");
     let first = c.acquire(acquire_req(a, "cache", "warm", 0)).await.unwrap().into_inner().token;
@@ -252,7 +252,7 @@ async fn watch_resumed_from_a_revision_misses_no_event() {
     drop(w);
 
     info!("--- events happen while nobody watches");
-    c.release(pb::ReleaseRequest { shard: shard(), name: "k".into(), token: t1 }).await.unwrap();
+    c.release(pb::ReleaseRequest { shard: shard(), name: "k".into(), token: t1, session_id: 0 }).await.unwrap();
     let t2 = c.acquire(acquire_req(a, "k", "r2", 0)).await.unwrap().into_inner().token;
 
     info!("--- resume from the revision seen");
@@ -299,7 +299,7 @@ async fn bad_requests_get_their_codes_and_change_nothing() {
     let mut stale = acquire_req(a, "k", "r", 0);
     stale.shard = Some(pb::ShardRef { ns: "pay".into(), shard: "default".into(), epoch: 9 });
     assert_eq!(code(&c.acquire(stale).await.unwrap_err()), "STALE_EPOCH");
-    let e = c.release(pb::ReleaseRequest { shard: shard(), name: "k".into(), token: 12345 }).await.unwrap_err();
+    let e = c.release(pb::ReleaseRequest { shard: shard(), name: "k".into(), token: 12345, session_id: 0 }).await.unwrap_err();
     assert_eq!(code(&e), "NOT_HOLDER");
 
     let status_after = holdfast_proto::admin::v1::cell_admin_client::CellAdminClient::new(cell.channel(l).await)
@@ -449,7 +449,7 @@ async fn a_waiting_acquire_leaves_no_wake_up_behind_however_it_ends() {
     let waiting = tokio::spawn(async move { waiter.acquire(acquire_req(b, "x", "b-2", 10_000)).await });
     cell.wait_armed(l).await;
     let d = c.describe(pb::DescribeRequest { shard: shard(), name: "x".into() }).await.unwrap().into_inner();
-    c.release(pb::ReleaseRequest { shard: shard(), name: "x".into(), token: d.holders[0].token }).await.unwrap();
+    c.release(pb::ReleaseRequest { shard: shard(), name: "x".into(), token: d.holders[0].token, session_id: 0 }).await.unwrap();
     waiting.await.unwrap().expect("granted after the release");
 
     assert_eq!(cell.nodes[&l].armed_wakeups(), 0, "wake-ups left armed after every call ended");
@@ -475,7 +475,7 @@ async fn a_deposed_leader_ends_a_waiting_call_at_once_and_the_retry_keeps_its_pl
     let mut c_new = cell.client(new).await;
     let e = c_new.acquire(acquire_req(b, "x", "b-1", 0)).await.unwrap_err();
     assert_eq!(code(&e), "LOCK_HELD", "still queued: {e:?}");
-    c_new.release(pb::ReleaseRequest { shard: shard(), name: "x".into(), token: ta }).await.unwrap();
+    c_new.release(pb::ReleaseRequest { shard: shard(), name: "x".into(), token: ta, session_id: 0 }).await.unwrap();
     let tb = c_new.acquire(acquire_req(b, "x", "b-1", 5_000)).await.unwrap().into_inner().token;
     assert!(tb > ta, "{tb} after {ta}");
     cell.shutdown().await;
@@ -499,7 +499,7 @@ async fn a_deposed_leader_does_not_answer_a_waiter_with_a_grant_it_applies_late(
     cell.faults.isolate(old, others.clone());
     let new = cell.leader_among(&others).await;
     let mut c_new = cell.client(new).await;
-    let release = |token: u64| pb::ReleaseRequest { shard: shard(), name: "x".into(), token };
+    let release = |token: u64| pb::ReleaseRequest { shard: shard(), name: "x".into(), token, session_id: 0 };
     let deadline = Instant::now() + WAIT;
     while let Err(e) = c_new.release(release(ta)).await {
         assert!(Instant::now() < deadline, "the new leader never took the release: {e:?}");

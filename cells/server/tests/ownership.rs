@@ -366,3 +366,60 @@ async fn a_cut_off_cell_hands_no_lock_to_a_waiter_by_close_or_expiry() {
     w.cut_a(false);
     w.shutdown().await;
 }
+
+/// Issue #42, hole 2: ownership was checked when a grant was proposed, and the grant
+/// answered whenever its commit came back. A commit stalled past the ownership lease
+/// (here: A's followers' disks slow down by 4 s while A is cut off from the registry)
+/// answered an epoch-1 token after the registry had moved the shard on and B had
+/// granted at epoch 2. Now a grant is answered only while the lease that covered it
+/// lasts; past it, the call ends UNAVAILABLE and the retry finds the shard's new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_commit_stalls_past_the_ownership_lease_is_not_answered() {
+    let _g = serial().await;
+    let w = World::start().await;
+    let ca = leader_client(&w.a).await;
+    let h = session_at(&ca, 60_000).await;
+    acquire_at(&ca, h, "warm", "h-0").await;
+    let la = w.a.leader().await;
+
+    info!("--- A's followers' disks slow down; an acquire is proposed; A is cut off from the registry");
+    for f in (1..=3).filter(|id| *id != la) {
+        w.a.faults.slow_disk(f, Duration::from_millis(4_000));
+    }
+    let mut c = ca.clone();
+    let stalled = tokio::spawn(async move {
+        let r = c.acquire(acquire_req(h, "x", "h-1", 0)).await;
+        (r, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.cut_a(true);
+    let cut_at = Instant::now();
+
+    info!("--- the registry moves the shard to B, unplanned, once A's lease ran out; B grants");
+    let mut r = w.registry_client().await;
+    r.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: false }).await.unwrap();
+    let cb = leader_client(&w.b).await;
+    let ws = session_at(&cb, 10_000).await;
+    let tb = acquire_at(&cb, ws, "x", "w-1").await;
+    let b_granted_at = Instant::now();
+    assert_eq!(FencingToken(tb).epoch().0, 2);
+
+    info!("--- A's commit comes back: its grant must not be handed out");
+    let (answer, answered_at) = stalled.await.unwrap();
+    for f in 1..=3 {
+        w.a.faults.slow_disk(f, Duration::ZERO);
+    }
+    info!(answered_after_cut = ?answered_at - cut_at, b_granted_after_cut = ?b_granted_at - cut_at, "A answered");
+    // A's lease was renewed before the cut, so it ended by then plus a lease, less the margin.
+    assert!(answered_at - cut_at > Duration::from_millis(LEASE_MS), "A answered within its lease: the test did not stall the commit long enough");
+    match answer {
+        Ok(g) => panic!(
+            "A answered token {:#x} (epoch 1) {:?} after it was cut off, past its ownership lease; B granted {tb:#x} meanwhile",
+            g.into_inner().token,
+            answered_at - cut_at
+        ),
+        Err(e) => assert_eq!(code(&e), "UNAVAILABLE", "{e:?}"),
+    }
+    w.cut_a(false);
+    w.shutdown().await;
+}

@@ -20,7 +20,10 @@ const APPLIED_MAGIC: &[u8; 4] = b"HFCA";
 /// 4: snapshots carry, after the owners, how each running lock-delay began and when
 ///    each waiting request was queued (`Command::EndLockDelayAt`, `Command::EndWait`;
 ///    appended to `Command` like the variants above).
-pub const FORMAT_VERSION: u16 = 4;
+/// 5: snapshots carry, after those, the revision at which each finished acquire ended
+///    (`Command::ForgetRequests`; `Command::ReleaseHeld` and `Outcome::Forgotten` are
+///    appended like the variants above).
+pub const FORMAT_VERSION: u16 = 5;
 const RECORD_VERSION: u16 = 1;
 
 pub use holdfast_core::codec::CodecError;
@@ -31,10 +34,11 @@ use std::collections::BTreeMap;
 impl CellState {
     /// A snapshot of the whole state; [`CellState::restore`] gives back an equal state.
     pub fn snapshot(&self) -> Vec<u8> {
-        encode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, &(self, &self.owners, (&self.delays, &self.queued_at)))
+        encode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, &(self, &self.owners, (&self.delays, &self.queued_at), &self.ended_at))
     }
 
-    /// Reads a snapshot of this version, of version 3 or 2 (no record of how delays
+    /// Reads a snapshot of this version, of version 4 (no record of when finished
+    /// acquires ended: the first `ForgetRequests` forgets them), of version 3 or 2 (no record of how delays
     /// began or when waits were queued: any lift or timeout ends them; version 3's
     /// delay numbers came from a counter replicas could disagree on, so they are
     /// dropped) or of version 1 (no owners either).
@@ -53,12 +57,21 @@ impl CellState {
                 state.owners = owners;
                 Ok(state)
             }
-            _ => {
-                type Records = (BTreeMap<(ShardKey, LockName), FencingToken>, BTreeMap<(SessionId, RequestId), Revision>);
-                let (mut state, owners, (delays, queued_at)): (CellState, Owners, Records) = decode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, WHAT, bytes)?;
+            4 => {
+                let (mut state, owners, (delays, queued_at)): (CellState, Owners, Records) = decode_versioned(SNAPSHOT_MAGIC, 4, WHAT, bytes)?;
                 state.owners = owners;
                 state.delays = delays;
                 state.queued_at = queued_at;
+                Ok(state)
+            }
+            _ => {
+                type Ended = BTreeMap<(SessionId, RequestId), Revision>;
+                let (mut state, owners, (delays, queued_at), ended_at): (CellState, Owners, Records, Ended) =
+                    decode_versioned(SNAPSHOT_MAGIC, FORMAT_VERSION, WHAT, bytes)?;
+                state.owners = owners;
+                state.delays = delays;
+                state.queued_at = queued_at;
+                state.ended_at = ended_at;
                 Ok(state)
             }
         }
@@ -66,6 +79,7 @@ impl CellState {
 }
 
 type Owners = BTreeMap<SessionId, String>;
+type Records = (BTreeMap<(ShardKey, LockName), FencingToken>, BTreeMap<(SessionId, RequestId), Revision>);
 
 impl Entry {
     pub fn encode(&self) -> Vec<u8> {

@@ -103,6 +103,16 @@ pub enum Command {
     /// ran out. A timeout of any other wait changes nothing: a late copy must not end
     /// the wait of a retry that queued the same request id again.
     EndWait { session: SessionId, request_id: RequestId, queued: Revision },
+    /// Release one hold by its token, on behalf of `session`: applied only if that
+    /// session holds the token when the entry is applied, so a release checked against
+    /// the state at proposal time can never end a hold granted in between (a token is
+    /// predictable; the holder of the next one is someone else). `SessionId(0)` names
+    /// no session: it releases nothing that is held, and answers a repeated release.
+    ReleaseHeld { shard: ShardKey, name: LockName, token: FencingToken, session: SessionId },
+    /// The leader's retry window passed for every acquire whose hold ended at or
+    /// before revision `through`: their records are forgotten, and a request id of one
+    /// of them is a new request from now on.
+    ForgetRequests { through: Revision },
 }
 
 impl Command {
@@ -138,12 +148,13 @@ impl Command {
             Command::Checkpoint { .. } => "checkpoint",
             Command::ClearCheckpoint { .. } => "clear_checkpoint",
             Command::Acquire { .. } => "acquire",
-            Command::Release { .. } => "release",
+            Command::Release { .. } | Command::ReleaseHeld { .. } => "release",
             Command::CancelWait { .. } | Command::EndWait { .. } => "cancel_wait",
             Command::EndHold { .. } => "end_hold",
             Command::LiftLockDelay { .. } | Command::EndLockDelay { .. } | Command::EndLockDelayAt { .. } => "lift_lock_delay",
             Command::BreakLock { .. } => "break_lock",
             Command::ReserveTokens { .. } => "reserve_tokens",
+            Command::ForgetRequests { .. } => "forget_requests",
         }
     }
 }

@@ -104,11 +104,17 @@ impl CellState {
         Ok(Outcome::Queued { position })
     }
 
-    pub(crate) fn release(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, token: FencingToken) -> Result<Outcome, CellError> {
+    pub(crate) fn release(&mut self, ctx: &mut Ctx, key: &ShardKey, name: &LockName, token: FencingToken, by: Option<SessionId>) -> Result<Outcome, CellError> {
         let Some(shard) = self.shards.get(key) else {
             return Err(CellError::NotOwner { shard: key.to_string(), sealed: false });
         };
         let held = shard.locks.get(name).is_some_and(|l| l.holders.contains_key(&token));
+        let holder = shard.locks.get(name).and_then(|l| l.holders.get(&token)).map(|h| h.session);
+        if let (Some(holder), Some(by)) = (holder, by) {
+            if holder != by {
+                return Err(CellError::NotHolder { name: name.to_string(), token, ended: None });
+            }
+        }
         if !held {
             return match shard.ended.get(&token) {
                 // Repeating a release is OK.

@@ -70,6 +70,11 @@ pub enum Outcome {
         from: Seq,
         through: Seq,
     },
+    // ---- new variants go last: results written before them decode unchanged
+    /// `ForgetRequests` forgot this many finished acquires.
+    Forgotten {
+        requests: usize,
+    },
 }
 
 /// Why a command was refused. A refused command changes no state.

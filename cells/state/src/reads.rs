@@ -184,6 +184,11 @@ impl CellState {
         self.sessions.iter().filter(|(_, s)| &s.home == key).map(|(id, _)| self.session(*id).expect("listed")).collect()
     }
 
+    /// The live sessions homed in `shard`.
+    pub fn sessions_homed_in(&self, shard: &ShardKey) -> Vec<SessionId> {
+        self.sessions.iter().filter(|(_, s)| &s.home == shard).map(|(id, _)| *id).collect()
+    }
+
     pub fn session(&self, id: SessionId) -> Option<SessionView> {
         self.sessions.get(&id).map(|s| SessionView {
             session: id,

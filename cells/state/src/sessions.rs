@@ -70,6 +70,17 @@ impl CellState {
     /// then freed locks go to their next waiters. In that order a lock can never be
     /// granted to the session that is ending.
     pub(crate) fn end_session(&mut self, ctx: &mut Ctx, session: SessionId, reason: EndReason) -> Result<Outcome, CellError> {
+        self.end_session_with(ctx, session, reason, |_| reason)
+    }
+
+    /// [`CellState::end_session`], each hold ending with `hold_reason(its shard)`.
+    pub(crate) fn end_session_with(
+        &mut self,
+        ctx: &mut Ctx,
+        session: SessionId,
+        reason: EndReason,
+        hold_reason: impl Fn(&ShardKey) -> EndReason,
+    ) -> Result<Outcome, CellError> {
         let Some(sess) = self.sessions.get(&session) else {
             return Err(self.dead_session_error(session));
         };
@@ -79,11 +90,12 @@ impl CellState {
             self.dequeue(ctx, key, name, session, rid, DequeueReason::SessionEnded);
         }
         for (key, name, token) in &holds {
-            self.end_hold(ctx, key, name, *token, reason);
+            self.end_hold(ctx, key, name, *token, hold_reason(key));
         }
         self.sessions.remove(&session);
         self.owners.remove(&session);
         self.requests.retain(|(s, _), _| *s != session);
+        self.ended_at.retain(|(s, _), _| *s != session);
         if self.ended_sessions.len() == ENDED_SESSIONS_CAP {
             self.ended_sessions.pop_front();
         }

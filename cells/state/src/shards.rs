@@ -4,7 +4,7 @@
 
 use crate::outcome::{CellError, DequeueReason, Outcome};
 use crate::state::{CellState, Ctx, SealReport, Shard};
-use holdfast_core::{EndReason, Epoch, FencingToken, LockName, NamespaceConfig, Seq, ShardKey};
+use holdfast_core::{EndReason, Epoch, FencingToken, LockName, NamespaceConfig, Seq, SessionId, ShardKey};
 
 impl CellState {
     pub(crate) fn apply_config(&mut self, config: &NamespaceConfig) -> Result<Outcome, CellError> {
@@ -81,6 +81,15 @@ impl CellState {
         }
         for (name, token) in &holds {
             self.end_hold(ctx, key, name, *token, EndReason::Moved);
+        }
+        // The sessions that live in this shard go with it (issue #42): left alive, a move
+        // back here within their TTL would revive them, and a holder whose hold ended
+        // with the seal would have its renewals confirmed again, never told. Their
+        // holds in other shards of this cell end as expired: their holders learn it at
+        // their next renewal, and the lock-delay covers the meantime.
+        let homed: Vec<SessionId> = self.sessions.iter().filter(|(_, s)| &s.home == key).map(|(id, _)| *id).collect();
+        for session in homed {
+            self.end_session_with(ctx, session, EndReason::Moved, |k| if k == key { EndReason::Moved } else { EndReason::Expired })?;
         }
         let shard = self.shards.get_mut(key).expect("checked above");
         shard.locks.clear();

@@ -8,7 +8,7 @@
 //! - a refused command changes nothing (every check happens before the first write).
 
 use crate::command::{Command, Entry};
-use crate::outcome::{Applied, CellError, DequeueReason, Event, EventKind};
+use crate::outcome::{Applied, CellError, DequeueReason, Event, EventKind, Outcome};
 use holdfast_core::{EndReason, Epoch, FencingToken, LockName, Mode, NamespaceConfig, NamespaceName, RequestId, Revision, Seq, SessionId, ShardKey};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -22,7 +22,11 @@ pub const ENDED_SESSIONS_CAP: usize = 10_000;
 pub const ENDED_HOLDS_CAP: usize = 4_096;
 /// BreakLock audit records kept per shard.
 pub const AUDIT_CAP: usize = 256;
-/// Finished acquire records kept per session for idempotent retries.
+/// Finished acquire records kept per session for idempotent retries in a leader's
+/// volatile table (efficiency namespaces, where a duplicate grant is harmless by
+/// definition). The replicated table keeps them for a stated time instead: until the
+/// leader commits `ForgetRequests` past them (`cells/server/src/clock.rs`, the retry
+/// window).
 pub const ENDED_REQUESTS_PER_SESSION: usize = 64;
 
 /// The whole replicated state of one cell.
@@ -66,6 +70,12 @@ pub struct CellState {
     /// (from an older snapshot) is ended by any timeout of its request.
     #[serde(skip)]
     pub(crate) queued_at: BTreeMap<(SessionId, RequestId), Revision>,
+    /// The revision at which each finished acquire's hold ended (the event that ended
+    /// it): `ForgetRequests` forgets the records that ended at or before a revision.
+    /// Carried like `delays` (format version 5); a record missing here (from an older
+    /// snapshot) is forgotten by the first `ForgetRequests`.
+    #[serde(skip)]
+    pub(crate) ended_at: BTreeMap<(SessionId, RequestId), Revision>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,7 +198,9 @@ impl CellState {
             Command::Acquire { shard, epoch, name, session, mode, request_id, value, wait } => {
                 self.acquire(&mut ctx, crate::locks::AcquireArgs { shard, epoch: *epoch, name, session: *session, mode: *mode, request_id, value, wait: *wait })
             }
-            Command::Release { shard, name, token } => self.release(&mut ctx, shard, name, *token),
+            // An entry of an older release: bound to whoever holds the token.
+            Command::Release { shard, name, token } => self.release(&mut ctx, shard, name, *token, None),
+            Command::ReleaseHeld { shard, name, token, session } => self.release(&mut ctx, shard, name, *token, Some(*session)),
             Command::CancelWait { session, request_id } => self.cancel_wait(&mut ctx, *session, request_id, None),
             Command::EndWait { session, request_id, queued } => self.cancel_wait(&mut ctx, *session, request_id, Some(*queued)),
             Command::EndHold { shard, name, token } => self.end_hold_cmd(&mut ctx, shard, name, *token),
@@ -197,6 +209,7 @@ impl CellState {
             Command::EndLockDelayAt { shard, name, begun } => self.lift_lock_delay(&mut ctx, shard, name, Some(*begun)),
             Command::BreakLock { shard, name, by, reason } => self.break_lock(&mut ctx, shard, name, by, reason),
             Command::ReserveTokens { shard, epoch, count } => self.reserve_tokens(shard, *epoch, *count),
+            Command::ForgetRequests { through } => self.forget_requests(*through),
         };
         debug_assert!(result.is_ok() || ctx.events.is_empty(), "a refused command emitted events");
         for ev in &ctx.events {
@@ -271,14 +284,52 @@ impl CellState {
         if delay_begins {
             self.delays.insert((key.clone(), name.clone()), token);
         }
-        if let Some(sess) = self.sessions.get_mut(&hold.session) {
-            sess.holds.remove(&(key.clone(), name.clone(), token));
-            Self::finish_request(&mut self.requests, sess, hold.session, &hold.request_id, key, name, token, reason);
-        }
+        let finished = match self.sessions.get_mut(&hold.session) {
+            Some(sess) => {
+                sess.holds.remove(&(key.clone(), name.clone(), token));
+                Self::finish_request(&mut self.requests, sess, hold.session, &hold.request_id, key, name, token, reason, self.volatile);
+                true
+            }
+            None => false,
+        };
         self.emit(ctx, key, name, hold.session, &hold.request_id, EventKind::Ended { token, reason }, &hold.value);
+        if finished && !self.volatile {
+            // Stamped with the revision of the event that ended it: that event happened
+            // no later than any moment the leader saw this revision.
+            self.ended_at.insert((hold.session, hold.request_id.clone()), self.revision);
+        }
     }
 
-    /// Turns a holding request record into an ended one, pruning old ended records.
+    /// Forgets the records of acquires whose holds ended at or before `through` (the
+    /// leader's retry window has passed for them). Each session's finished requests are
+    /// kept in the order they ended, so only the front of each is looked at.
+    pub(crate) fn forget_requests(&mut self, through: Revision) -> Result<Outcome, CellError> {
+        let mut forgotten = 0;
+        for (id, sess) in self.sessions.iter_mut() {
+            while let Some(rid) = sess.ended_requests.front() {
+                let key = (*id, rid.clone());
+                if self.ended_at.get(&key).is_some_and(|at| *at > through) {
+                    break;
+                }
+                self.ended_at.remove(&key);
+                if matches!(self.requests.get(&key), Some(RequestRecord::Ended { .. })) {
+                    self.requests.remove(&key);
+                }
+                sess.ended_requests.pop_front();
+                forgotten += 1;
+            }
+        }
+        Ok(Outcome::Forgotten { requests: forgotten })
+    }
+
+    /// Would `ForgetRequests { through }` forget anything?
+    pub fn forgettable(&self, through: Revision) -> bool {
+        self.sessions.iter().any(|(id, s)| s.ended_requests.front().is_some_and(|rid| self.ended_at.get(&(*id, rid.clone())).is_none_or(|at| *at <= through)))
+    }
+
+    /// Turns a holding request record into an ended one. A volatile table prunes its
+    /// oldest ended records beyond [`ENDED_REQUESTS_PER_SESSION`]; the replicated one
+    /// keeps them until the leader's retry window passes (`ForgetRequests`).
     #[allow(clippy::too_many_arguments)]
     fn finish_request(
         requests: &mut BTreeMap<(SessionId, RequestId), RequestRecord>,
@@ -289,10 +340,11 @@ impl CellState {
         name: &LockName,
         token: FencingToken,
         reason: EndReason,
+        volatile: bool,
     ) {
         requests.insert((session, request_id.clone()), RequestRecord::Ended { shard: key.clone(), name: name.clone(), token, reason });
         sess.ended_requests.push_back(request_id.clone());
-        while sess.ended_requests.len() > ENDED_REQUESTS_PER_SESSION {
+        while volatile && sess.ended_requests.len() > ENDED_REQUESTS_PER_SESSION {
             if let Some(old) = sess.ended_requests.pop_front() {
                 requests.remove(&(session, old));
             }

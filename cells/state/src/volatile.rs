@@ -71,6 +71,8 @@ impl CellState {
             // No lock of it is delayed or waited on yet.
             delays: BTreeMap::new(),
             queued_at: BTreeMap::new(),
+            // A volatile table forgets by count (`ENDED_REQUESTS_PER_SESSION`).
+            ended_at: BTreeMap::new(),
         }
     }
 

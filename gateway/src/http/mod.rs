@@ -415,18 +415,32 @@ struct TokenBody {
     token: String,
 }
 
-#[utoipa::path(post, path = "/v1/locks/{ns}/{shard}/{name}/release", tag = "locks", params(LockPath), request_body = TokenBody,
+/// A release: the token, and the session that holds it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    token: String,
+    /// The session that holds the lock, as `POST /v1/sessions` returned it. The release
+    /// is applied only if that session holds the token when it commits. Without it, the
+    /// release is bound to the token's holder when the cell receives it (or to nobody:
+    /// it then never ends a hold granted later).
+    #[serde(default)]
+    session: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/locks/{ns}/{shard}/{name}/release", tag = "locks", params(LockPath), request_body = ReleaseBody,
     responses((status = 200, description = "Released", body = Empty)))]
 async fn release(
     State(gw): State<Gateway>,
     peer: ConnectInfo<Peer>,
     headers: HeaderMap,
     Segments((ns, shard, name)): Segments<(String, String, String)>,
-    Body(b): Body<TokenBody>,
+    Body(b): Body<ReleaseBody>,
 ) -> ApiResult<Empty> {
     let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
-    gw.release(&ctx, pb::ReleaseRequest { shard: shard_ref(&k), name, token: parse_token(&b.token)? }).await?;
+    let session_id = b.session.as_deref().map(parse_session).transpose()?.map_or(0, |(_, id)| id);
+    gw.release(&ctx, pb::ReleaseRequest { shard: shard_ref(&k), name, token: parse_token(&b.token)?, session_id }).await?;
     Ok(Json(Empty {}))
 }
 

@@ -50,6 +50,13 @@ impl OwnershipLeases {
         }
     }
 
+    /// Has this leader led for a full lease? Before, it has heard each live cell leader
+    /// at most once, and a renewal from a deposed cell leader (a lower term than the
+    /// live one's, which it has not heard yet) cannot be told apart.
+    pub fn settled(&self, now: Instant) -> bool {
+        now >= self.inherited_until
+    }
+
     /// Until when some cell may still serve `shard` under a lease.
     pub fn covered_until(&self, shard: &ShardKey) -> Instant {
         self.granted_until.get(shard).map_or(self.inherited_until, |u| (*u).max(self.inherited_until))

@@ -105,7 +105,12 @@ impl RegistryApi {
     /// owned epoch is recorded (`Adopted`); an adopted epoch missing from a later report
     /// means the cell lost it, and it gets the shard back only at the next epoch
     /// (`Restarted`). Writes only when something changed.
-    async fn reconcile_adoption(&self, cell: &CellId, serving: &BTreeSet<(ShardKey, Epoch)>) -> Result<(), Status> {
+    ///
+    /// `settled`: this registry leader has led for a lease, so its fence knows the live
+    /// cell leader's term. Until then it records adoptions but restarts no epoch: the
+    /// renewal may be a deposed cell leader's, whose list lacks what the live one
+    /// adopted since (an epoch bump on its word is the storm the fence prevents).
+    async fn reconcile_adoption(&self, cell: &CellId, serving: &BTreeSet<(ShardKey, Epoch)>, settled: bool) -> Result<(), Status> {
         let fixes: Vec<Command> = self.reg.group.state().read(|m| {
             let st = m.state();
             st.shards_of_cell(cell)
@@ -115,7 +120,7 @@ impl RegistryApi {
                     let served = serving.contains(&(o.shard.clone(), o.epoch));
                     match (served, o.adopted) {
                         (true, false) => Some(Command::Adopted { shard: o.shard, epoch: o.epoch }),
-                        (false, true) => Some(Command::Restarted { shard: o.shard, epoch: o.epoch }),
+                        (false, true) if settled => Some(Command::Restarted { shard: o.shard, epoch: o.epoch }),
                         _ => None,
                     }
                 })
@@ -362,9 +367,19 @@ impl RegistryService for RegistryApi {
         let cell = cv::cell_id(r.cell)?;
         let serving = r.serving.into_iter().map(|s| Ok((cv::shard_key(s.ns, s.shard)?, Epoch(s.epoch)))).collect::<Result<BTreeSet<_>, Status>>()?;
         self.reg.lease_check().await?;
-        let lease = self.reg.hooks.leases.lock().expect("leases lock").as_ref().map_or(Duration::ZERO, |l| l.lease());
+        // A leader that has not built its leases yet cannot fence a deposed cell leader
+        // (it would fence with a lease of zero, issue #42): the cell retries shortly.
+        let (lease, settled) = self
+            .reg
+            .hooks
+            .leases
+            .lock()
+            .expect("leases lock")
+            .as_ref()
+            .map(|l| (l.lease(), l.settled(Instant::now())))
+            .ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly"))?;
         self.fence_cell_term(&cell, r.leader_term, lease)?;
-        self.reconcile_adoption(&cell, &serving).await?;
+        self.reconcile_adoption(&cell, &serving, settled).await?;
         // Under the leases lock, so the leader duty never judges a shard's lease over
         // between this read of the state and the record of the grant.
         let (lease, owned, configs) = {

@@ -333,8 +333,13 @@ async fn a_deposed_cell_leaders_renewals_are_refused_and_cause_no_epoch_bump_sto
     }
     assert_eq!(owner(&mut c, "pay", "default").await.epoch, 1);
 
-    info!("--- a real loss, reported by the live leader, still restarts the shard once");
-    c.renew_ownership(renew_as(3, vec![])).await.unwrap();
+    info!("--- a real loss, reported by the live leader, still restarts the shard once (once the registry leader has led a lease)");
+    let deadline = Instant::now() + WAIT;
+    while owner(&mut c, "pay", "default").await.epoch == 1 {
+        assert!(Instant::now() < deadline, "the live leader's report of a loss never restarted the shard");
+        c.renew_ownership(renew_as(3, vec![])).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(owner(&mut c, "pay", "default").await.epoch, 2);
 
     info!("--- a cell formed again from empty disks starts at term 1: heard once term 3 went quiet for a lease");
@@ -342,5 +347,48 @@ async fn a_deposed_cell_leaders_renewals_are_refused_and_cause_no_epoch_bump_sto
     tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
     let r = c.renew_ownership(renew_as(1, vec![])).await.unwrap().into_inner();
     assert_eq!(r.shards[0].epoch, 2);
+    reg.shutdown().await;
+}
+
+/// Issue #42: right after a registry election, the new leader had no ownership leases
+/// yet and had heard no cell leader's term. A deposed cell leader's renewal then met a
+/// fence with a lease of zero, was believed, and its list (lacking the shard the live
+/// leader had adopted) restarted the shard at the next epoch. Now the new leader
+/// refuses renewals until its leases are built, and restarts no epoch until it has led
+/// for a lease (it has heard the live cell leader by then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn right_after_a_registry_election_a_deposed_cell_leaders_renewal_bumps_no_epoch() {
+    let _g = serial().await;
+    let mut reg = TestRegistry::start().await;
+    let mut c = reg.leader_client().await;
+    topology(&mut c).await;
+    let renew_as = |term: u64, serving: Vec<u32>| pb::RenewOwnershipRequest {
+        cell: "east-1".into(),
+        serving: serving.into_iter().map(|epoch| pb::ServedShard { ns: "pay".into(), shard: "default".into(), epoch }).collect(),
+        leader_term: term,
+    };
+    info!("--- the live cell leader (term 3) adopts epoch 1");
+    c.renew_ownership(renew_as(3, vec![])).await.unwrap();
+    let r = c.renew_ownership(renew_as(3, vec![1])).await.unwrap().into_inner();
+    assert_eq!((r.shards[0].epoch, r.shards[0].adopted), (1, true));
+
+    info!("--- the registry leader is stopped; a new one is elected");
+    let old = reg.leader().await;
+    reg.stop_node(old).await;
+    let new = reg.leader().await;
+    let mut c = reg.client(new).await;
+
+    info!("--- the deposed cell leader (term 2) is first to renew with the new registry leader");
+    for _ in 0..10 {
+        match c.renew_ownership(renew_as(2, vec![])).await {
+            Ok(_) => {}
+            Err(e) => assert!(["UNAVAILABLE", "NOT_LEADER"].contains(&code(&e).as_str()), "{e:?}"),
+        }
+        assert_eq!(owner(&mut c, "pay", "default").await.epoch, 1, "a deposed cell leader's renewal restarted the shard");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    info!("--- the live leader renews on, at epoch 1");
+    let r = c.renew_ownership(renew_as(3, vec![1])).await.unwrap().into_inner();
+    assert_eq!((r.shards[0].epoch, r.shards[0].adopted), (1, true));
     reg.shutdown().await;
 }
