@@ -1,6 +1,7 @@
 //! A 3-node cell of real `holdfast cell run` processes on loopback: failures only a
 //! process can have — stopped by SIGSTOP, its wall clock stepped by libfaketime, its
-//! disk full. Each test reads as phases; waits are on conditions with deadlines.
+//! disk full, its syncs or writes failing (an `LD_PRELOAD` shim). Each test reads as
+//! phases; waits are on conditions with deadlines.
 
 mod common;
 
@@ -173,7 +174,7 @@ async fn a_leader_whose_disk_fills_exits_non_zero_and_the_cell_serves_on() {
                 tokio::spawn(async move {
                     let took = tokio::time::timeout(Duration::from_secs(2), c.acquire(req)).await;
                     if let Ok(Ok(r)) = took {
-                        let release = pb::ReleaseRequest { shard: shard(), name: format!("k{k}"), token: r.into_inner().token };
+                        let release = pb::ReleaseRequest { shard: shard(), name: format!("k{k}"), token: r.into_inner().token, session_id: 0 };
                         let _ = tokio::time::timeout(Duration::from_secs(2), c.release(release)).await;
                     }
                 })
@@ -200,6 +201,91 @@ async fn a_leader_whose_disk_fills_exits_non_zero_and_the_cell_serves_on() {
     .into_inner()
     .token;
     assert!(t > 0);
+}
+
+/// Issue #42, disk faults: a leader whose fsyncs fail with EIO stops (exit 1); it
+/// answers no grant once it has seen its disk fail, every grant it answered before is
+/// in the cell's record, and the other two serve on with larger tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_fsyncs_fail_stops_and_the_cell_serves_on() {
+    leader_disk_fails(holdfast_testkit::diskfault::DiskFault::FailSync).await;
+}
+
+/// The same with its writes failing (EIO), as a dying disk or a lost volume does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_writes_fail_stops_and_the_cell_serves_on() {
+    leader_disk_fails(holdfast_testkit::diskfault::DiskFault::FailWrite).await;
+}
+
+async fn leader_disk_fails(fault: holdfast_testkit::diskfault::DiskFault) {
+    let mut cell = ProcCell::start_with(Runs { disk_faults: true, ..Runs::default() }).await;
+    let (old, _) = cell.leader_among(&[1, 2, 3]).await;
+    let c_old = cell.client(old).await;
+    let s = session(&mut c_old.clone(), 60_000).await;
+    let unix_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    // (lock, token, answered at unix ms): one lock each, held on.
+    let mut answered: Vec<(String, u64, u64)> = Vec::new();
+    let mut n = 0u64;
+    let acquire_at_old = |n: u64| {
+        let mut c = c_old.clone();
+        async move {
+            let name = format!("k{n}");
+            let r = tokio::time::timeout(Duration::from_secs(2), c.acquire(acquire_req(s, &name, &format!("r{n}"), 0))).await;
+            (name, r)
+        }
+    };
+    for _ in 0..5 {
+        n += 1;
+        let (name, r) = acquire_at_old(n).await;
+        answered.push((name, r.unwrap().unwrap().into_inner().token, unix_ms()));
+    }
+
+    eprintln!("--- node {old}'s disk fails ({fault:?}); acquires go on at it");
+    cell.disk_fault(old, fault);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = cell.exited(old) {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the leader kept running 60 s after its disk failed");
+        n += 1;
+        if let (name, Ok(Ok(r))) = acquire_at_old(n).await {
+            answered.push((name, r.into_inner().token, unix_ms()));
+        }
+    };
+    assert!(!status.success(), "the node exited with success after its disk failed: {status}");
+    let injected = cell.disk_faults_injected(old);
+    let first = injected.first().unwrap_or_else(|| panic!("the shim injected nothing into node {old}")).0;
+    eprintln!("node {old} exited {status} {:?} after the fault was set; first fault {:?}; {} grants answered", started.elapsed(), injected[0], answered.len());
+    // A grant already on its way may land a moment after the first failed call: not
+    // one after the node had time to stop on it.
+    let late: Vec<_> = answered.iter().filter(|(_, _, at)| *at > first + 1_000).collect();
+    assert!(late.is_empty(), "node {old} answered grants more than 1 s after its disk failed: {late:?}");
+
+    eprintln!("--- the other two elect a leader; every grant answered is in its record; tokens grow");
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != old).collect();
+    let (new, _) = cell.leader_among(&others).await;
+    let mut c_new = cell.client(new).await;
+    for (name, token, _) in &answered {
+        let d = until_ok("describe at the new leader", || {
+            let mut c = c_new.clone();
+            let req = pb::DescribeRequest { shard: shard(), name: name.clone() };
+            async move { c.describe(req).await }
+        })
+        .await
+        .into_inner();
+        assert_eq!(holders(&d), vec![(s, *token)], "the acknowledged grant of {name} is not in the cell's record");
+    }
+    let s2 = session(&mut c_new, TTL_MS).await;
+    let t = until_ok("acquire at the new leader", || {
+        let mut c = c_new.clone();
+        async move { c.acquire(acquire_req(s2, "after", "after-1", 0)).await }
+    })
+    .await
+    .into_inner()
+    .token;
+    let highest = answered.iter().map(|(_, t, _)| *t).max().unwrap();
+    assert!(t > highest, "token {t} after the failover is not above {highest}");
 }
 
 /// Issue #15, SIGTERM under load: a leader asked to stop hands leadership over before

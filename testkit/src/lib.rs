@@ -5,11 +5,14 @@
 //! - [`serial`]: one cluster test at a time within a test binary;
 //! - [`proxy::Proxy`]: a TCP proxy a test can cut, to partition one process's view of
 //!   another (a cell from the registry, a gateway from the registry);
-//! - [`rss_bytes`]: a process's resident memory, for tests that bound it.
+//! - [`rss_bytes`]: a process's resident memory, for tests that bound it;
+//! - [`diskfault`]: failed or slow syncs and writes on a real process's data directory
+//!   (an `LD_PRELOAD` shim).
 //!
 //! A test registry is the registry crate's own (`holdfast_registry::testing`, feature
 //! `test-support`).
 
+pub mod diskfault;
 mod memory;
 pub mod proxy;
 mod serial;

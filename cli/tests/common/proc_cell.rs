@@ -33,11 +33,25 @@ pub struct ProcCell {
     pub mounts: Vec<PathBuf>,
     pub dir: tempfile::TempDir,
     pub faketime: Option<PathBuf>,
+    /// Nodes run under the disk-fault shim ([`ProcCell::disk_fault`]).
+    pub disk_faults: bool,
+}
+
+/// How the node processes of a [`ProcCell`] run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Runs<'a> {
+    /// Under libfaketime reading this file.
+    pub faketime: Option<&'a Path>,
+    /// Each data directory on its own small tmpfs (root only), so a test can fill one.
+    pub tmpfs: bool,
+    /// Under the disk-fault shim (`holdfast_testkit::diskfault`), each node steered by
+    /// its own control file.
+    pub disk_faults: bool,
 }
 
 /// Starts node `id` of a cell in `dir` (its data and log there) on the given addresses
-/// (port 0: any), under libfaketime reading `faketime_file` if given.
-pub fn spawn_node(dir: &Path, id: u64, raft_addr: &str, client_addr: &str, faketime_file: Option<&Path>) -> Node {
+/// (port 0: any), as `runs` says.
+pub fn spawn_node(dir: &Path, id: u64, raft_addr: &str, client_addr: &str, runs: Runs<'_>) -> Node {
     let mut cmd = Command::new(BIN);
     // The node reads HOLDFAST_* as config and refuses unknown keys: start it with none
     // but ours.
@@ -58,7 +72,10 @@ pub fn spawn_node(dir: &Path, id: u64, raft_addr: &str, client_addr: &str, faket
         .env("RUST_LOG", "warn,holdfast_cell=info")
         .stdout(Stdio::piped())
         .stderr(log);
-    if let Some(f) = faketime_file {
+    if runs.disk_faults {
+        cmd.envs(holdfast_testkit::diskfault::env(&dir.join(format!("node-{id}")), &fault_ctl(dir, id)));
+    }
+    if let Some(f) = runs.faketime {
         cmd.env("LD_PRELOAD", LIBFAKETIME).env("FAKETIME_TIMESTAMP_FILE", f).env("FAKETIME_NO_CACHE", "1").env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
     }
     let mut child = cmd.spawn().expect("start holdfast cell run");
@@ -85,6 +102,11 @@ impl Drop for ProcCell {
     }
 }
 
+/// The control file of node `id`'s disk faults.
+fn fault_ctl(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("node-{id}.fault"))
+}
+
 /// The small disk a node gets in [`ProcCell::start_on_tmpfs`].
 pub const TMPFS_SIZE: &str = "48m";
 
@@ -92,19 +114,19 @@ impl ProcCell {
     /// Starts 3 node processes (under libfaketime reading `faketime_file`, if given),
     /// forms the cell with the CLI, and serves namespace `pay`, shard `default`.
     pub async fn start(faketime_file: Option<&Path>) -> ProcCell {
-        Self::start_with(faketime_file, false).await
+        Self::start_with(Runs { faketime: faketime_file, ..Runs::default() }).await
     }
 
     /// Like [`ProcCell::start`], each node's data directory on its own small tmpfs
     /// (root only), so that a test can fill one node's disk.
     pub async fn start_on_tmpfs() -> ProcCell {
-        Self::start_with(None, true).await
+        Self::start_with(Runs { tmpfs: true, ..Runs::default() }).await
     }
 
-    pub async fn start_with(faketime_file: Option<&Path>, tmpfs: bool) -> ProcCell {
+    pub async fn start_with(runs: Runs<'_>) -> ProcCell {
         let dir = tempfile::tempdir().unwrap();
         let mut mounts = Vec::new();
-        if tmpfs {
+        if runs.tmpfs {
             for id in 1..=3u64 {
                 let m = dir.path().join(format!("node-{id}"));
                 std::fs::create_dir(&m).unwrap();
@@ -115,9 +137,9 @@ impl ProcCell {
         }
         let mut nodes = Vec::new();
         for id in 1..=3u64 {
-            nodes.push(spawn_node(dir.path(), id, "127.0.0.1:0", "127.0.0.1:0", faketime_file));
+            nodes.push(spawn_node(dir.path(), id, "127.0.0.1:0", "127.0.0.1:0", runs));
         }
-        let cell = ProcCell { nodes, mounts, dir, faketime: faketime_file.map(Path::to_path_buf) };
+        let cell = ProcCell { nodes, mounts, dir, faketime: runs.faketime.map(Path::to_path_buf), disk_faults: runs.disk_faults };
         let mut init = Command::new(BIN);
         init.args(["cell", "init", "--insecure", "--raft-endpoint", &cell.nodes[0].raft]);
         for n in &cell.nodes {
@@ -190,14 +212,14 @@ impl ProcCell {
         tokio::time::sleep(down).await;
         let (raft, client) = (self.nodes[i].raft.clone(), self.nodes[i].client.clone());
         // The ports were just released; the node binds them again.
-        self.nodes[i] = spawn_node(self.dir.path(), id, &raft, &client, self.faketime.as_deref());
+        self.nodes[i] = spawn_node(self.dir.path(), id, &raft, &client, self.runs());
     }
 
     /// Starts node `id` with an empty data directory, a member of nothing yet (for a
     /// membership change); returns its Raft and client addresses.
     pub fn spawn_new(&mut self, id: u64) -> (String, String) {
         assert!(self.nodes.iter().all(|n| n.id != id), "node {id} exists");
-        let n = spawn_node(self.dir.path(), id, "127.0.0.1:0", "127.0.0.1:0", self.faketime.as_deref());
+        let n = spawn_node(self.dir.path(), id, "127.0.0.1:0", "127.0.0.1:0", self.runs());
         let addrs = (n.raft.clone(), n.client.clone());
         self.nodes.push(n);
         addrs
@@ -209,6 +231,22 @@ impl ProcCell {
         let mut n = self.nodes.remove(i);
         let _ = n.child.kill();
         let _ = n.child.wait();
+    }
+
+    fn runs(&self) -> Runs<'_> {
+        Runs { faketime: self.faketime.as_deref(), tmpfs: false, disk_faults: self.disk_faults }
+    }
+
+    /// From now on, the disk of node `id` has `fault` (the cell must run with
+    /// `disk_faults`).
+    pub fn disk_fault(&self, id: u64, fault: holdfast_testkit::diskfault::DiskFault) {
+        assert!(self.disk_faults, "the cell was not started under the disk-fault shim");
+        holdfast_testkit::diskfault::set(&fault_ctl(self.dir.path(), id), fault);
+    }
+
+    /// The faults injected into node `id` so far: (unix ms, call, path).
+    pub fn disk_faults_injected(&self, id: u64) -> Vec<(u64, String, String)> {
+        holdfast_testkit::diskfault::injected(&fault_ctl(self.dir.path(), id))
     }
 
     pub fn data_dir(&self, id: u64) -> PathBuf {
@@ -333,7 +371,12 @@ pub async fn cycles(rec: std::sync::Arc<Recorder>, clients: Vec<LockServiceClien
             let id = op();
             rec.record(K::ReleaseInvoked { op: id, lock: lock.clone(), session: session.clone(), token });
             let mut c = clients[at].clone();
-            match tokio::time::timeout(Duration::from_secs(2), c.release(pb::ReleaseRequest { shard: shard(), name: name.into(), token: token.0 })).await {
+            match tokio::time::timeout(
+                Duration::from_secs(2),
+                c.release(pb::ReleaseRequest { shard: shard(), name: name.into(), token: token.0, session_id: 0 }),
+            )
+            .await
+            {
                 Ok(Ok(_)) => {
                     rec.record(K::ReleaseOk { op: id });
                     break;
