@@ -72,6 +72,11 @@ pub enum FaultKind {
     /// its route to the cell goes stale while the registry may move the cell's shards
     /// away (the simulation with moves).
     StaleRoute,
+    /// Every node of a Raft group (a cell, or the registry) loses power at once: their
+    /// disks slow first (so writes are in flight), then they crash, each losing the log
+    /// entries it wrote and had not synced, and start again on what their disks kept
+    /// (the simulation).
+    PowerCut,
 }
 
 impl fmt::Display for LockKey {

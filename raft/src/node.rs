@@ -100,6 +100,13 @@ impl NodeConfig {
             // A node that was cut off or restarted must not bump its term and depose a
             // healthy leader when it comes back.
             enable_pre_vote: Some(true),
+            // A leader that restarts must win an election (a new term) before it appends
+            // again. openraft's default restores it as leader in its old term: after a
+            // power cut that cost it log entries it had written but not synced, it then
+            // proposes new entries at the same indexes under the same term, two entries
+            // share one log id, and a follower that kept the old one diverges (the
+            // simulation's power cuts found tokens issued twice, docs/simulation.md).
+            enable_leader_restore: Some(false),
             ..Config::default()
         };
         Ok(Arc::new(c.validate()?))

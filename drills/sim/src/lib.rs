@@ -60,6 +60,11 @@ pub struct Options {
     /// for a few seconds). On by default; off (`--no-slow-disk`) replays the histories
     /// of the seeds run before it was (docs/simulation.md).
     pub slow_disk: bool,
+    /// Also cut the power of a whole group now and then: its nodes crash together and
+    /// lose the log entries they had not synced (`holdfast_raft::MemoryDisk::power_cut`).
+    /// On by default; off (`--no-power-cuts`) replays the histories of the seeds run
+    /// before it was.
+    pub power_cuts: bool,
     /// Real time slept after every step (`--real-pause-us`): the machine's clock runs
     /// on while simulated time does not. A seed's history must not change with it;
     /// the replay test runs one process slowed so (docs/simulation.md).
@@ -79,6 +84,7 @@ impl Options {
             moves: false,
             tick: DEFAULT_TICK,
             slow_disk: true,
+            power_cuts: true,
             real_pause: Duration::ZERO,
         }
     }
@@ -404,8 +410,8 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         });
     }
 
-    let mut faults =
-        workload::Faults::new(opts.faults, &layout, if opts.slow_disk { disks } else { Default::default() }, opts.workload.workers, held, &mut dice);
+    let disks = workload::Disks { disks, slow: opts.slow_disk, power_cuts: opts.power_cuts };
+    let mut faults = workload::Faults::new(opts.faults, &layout, disks, opts.workload.workers, held, &mut dice);
     let result = loop {
         match sim.step() {
             Ok(true) => break Ok(()),

@@ -1,5 +1,5 @@
 //! `holdfast-sim --seeds N [--from S] | --seed S [--history FILE] [--moves]
-//! [--no-faults] [--plant BUG] [--tick-ms T] [--no-slow-disk]`: runs seeds of the simulation (docs/simulation.md) and
+//! [--no-faults] [--plant BUG] [--tick-ms T] [--no-slow-disk] [--no-power-cuts]`: runs seeds of the simulation (docs/simulation.md) and
 //! reports each one the checker flags, with the command that replays it. `--moves`:
 //! two cells, the registry and a gateway, the shard moving between the cells. Exit status 1 if any seed
 //! fails. With `--plant`, every node runs that planted bug (debug builds); with
@@ -8,7 +8,8 @@
 //! simulated time advances in steps of T ms (1 unless given), cheaper per seed the
 //! coarser, and a seed's history depends on it. The faults also slow a node's disk now
 //! and then; `--no-slow-disk` leaves that out (the histories of the seeds run before
-//! it was in the schedule). A server's panic takes
+//! it was in the schedule), and cut the power of a whole group now and then (its nodes
+//! lose what they had not synced); `--no-power-cuts` leaves that out. A server's panic takes
 //! the process down; it says which seed did it first.
 
 use holdfast_sim::{run, Options, DEFAULT_TICK};
@@ -33,6 +34,9 @@ fn replay(seed: u64, opts: &Options) -> String {
     }
     if !opts.slow_disk {
         c.push_str(" --no-slow-disk");
+    }
+    if !opts.power_cuts {
+        c.push_str(" --no-power-cuts");
     }
     c
 }
@@ -70,7 +74,7 @@ fn in_harness(file: &str) -> bool {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--no-slow-disk] [--real-pause-us U]");
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--no-slow-disk] [--no-power-cuts] [--real-pause-us U]");
     std::process::exit(2)
 }
 
@@ -90,6 +94,8 @@ fn main() {
             "--moves" => base.moves = true,
             "--slow-disk" => base.slow_disk = true,
             "--no-slow-disk" => base.slow_disk = false,
+            "--power-cuts" => base.power_cuts = true,
+            "--no-power-cuts" => base.power_cuts = false,
             "--plant" => {
                 base.plant = Some(it.next().cloned().unwrap_or_else(|| usage()));
                 until_found = true;

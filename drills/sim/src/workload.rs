@@ -301,6 +301,10 @@ impl Names {
 /// - a node's links slowed to up to 50–400 ms a message;
 /// - with `--slow-disk`, a node's disk slowed: each sync of its Raft log takes
 ///   20–300 ms;
+/// - with `--power-cuts`, every node of one group (a cell, or the registry) losing
+///   power at once: its disks slowed to 50–300 ms a sync for 0.1–1 s (writes in
+///   flight), then every node crashed, each losing the log entries it had written and
+///   not synced, and started again 0.5–3 s later on what its disk kept;
 /// - a worker (one holding the lock, if any) cut off from every server for longer
 ///   than its session's TTL: its renewals stop, and a lock it holds expires under it;
 /// - with moves, a whole cell cut off from the registry for 3–8 s (longer than its
@@ -314,19 +318,53 @@ pub(crate) struct Faults {
     on: bool,
     /// The hosts: its Raft nodes are what node faults hit.
     layout: Layout,
-    /// Every Raft node's disk, by host, when disks may be slowed (`--slow-disk`);
-    /// empty otherwise.
+    /// Every Raft node's disk, by host.
     disks: HashMap<String, holdfast_raft::MemoryDisk>,
+    /// Disks are slowed now and then (`--slow-disk`).
+    slow_disks: bool,
+    /// Groups lose power now and then (`--power-cuts`).
+    power_cuts: bool,
     workers: Vec<String>,
     held: Holding,
     next_ms: u64,
     /// The fault now in force: its kind, its target host.
     current: Option<(FaultKind, String)>,
+    /// A power cut is past its first phase: the group's nodes are down.
+    powered_off: bool,
+}
+
+/// How a power cut names the registry's group.
+const REGISTRY_GROUP: &str = "registry";
+
+/// The Raft nodes' disks, and which disk faults the schedule draws.
+pub(crate) struct Disks {
+    pub disks: HashMap<String, holdfast_raft::MemoryDisk>,
+    pub slow: bool,
+    pub power_cuts: bool,
 }
 
 impl Faults {
-    pub(crate) fn new(on: bool, layout: &Layout, disks: HashMap<String, holdfast_raft::MemoryDisk>, workers: u64, held: Holding, dice: &mut Dice) -> Faults {
-        Faults { on, layout: layout.clone(), disks, workers: (0..workers).map(worker_host).collect(), held, next_ms: dice.range(1_000, 4_000), current: None }
+    pub(crate) fn new(on: bool, layout: &Layout, disks: Disks, workers: u64, held: Holding, dice: &mut Dice) -> Faults {
+        Faults {
+            on,
+            layout: layout.clone(),
+            disks: disks.disks,
+            slow_disks: disks.slow,
+            power_cuts: disks.power_cuts,
+            workers: (0..workers).map(worker_host).collect(),
+            held,
+            next_ms: dice.range(1_000, 4_000),
+            current: None,
+            powered_off: false,
+        }
+    }
+
+    /// The hosts of group `name`: a cell's, or the registry's.
+    fn group_hosts(&self, name: &str) -> Vec<String> {
+        if name == REGISTRY_GROUP {
+            return self.layout.registry.clone();
+        }
+        self.cell_hosts(name).to_vec()
     }
 
     /// Node `name`'s disk syncs in `latency` from now on.
@@ -383,6 +421,27 @@ impl Faults {
                     FaultKind::SlowNode => others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), MAX_LATENCY)),
                     FaultKind::SlowDisk => self.disk_latency(&name, Duration::ZERO),
                     FaultKind::CutFromRegistry | FaultKind::StaleRoute => self.cut_from_registry(sim, kind, &name, false),
+                    FaultKind::PowerCut if !self.powered_off => {
+                        // The power goes: every node of the group at once, with writes in
+                        // flight on its slow disks. It stays off a while.
+                        for host in self.group_hosts(&name) {
+                            sim.crash(host.as_str());
+                            if let Some(disk) = self.disks.get(&host) {
+                                disk.power_cut();
+                                disk.set_sync_latency(Duration::ZERO);
+                            }
+                        }
+                        self.powered_off = true;
+                        self.current = Some((kind, name));
+                        self.next_ms = ms + dice.range(500, 3_000);
+                        return;
+                    }
+                    FaultKind::PowerCut => {
+                        for host in self.group_hosts(&name) {
+                            sim.bounce(host.as_str());
+                        }
+                        self.powered_off = false;
+                    }
                     _ => Self::cut(sim, &name, &everyone, false),
                 }
                 fault(log, now, FaultKind::Heal, name);
@@ -393,15 +452,26 @@ impl Faults {
                 // With a registry, one fault in ten cuts a whole cell off from it. A slow
                 // disk, when asked for, comes last: without it every seed draws the
                 // faults it drew before there was one.
-                let slow_disk = !self.disks.is_empty();
-                let kinds = 9 + u64::from(!registry.is_empty()) + u64::from(slow_disk);
+                let (slow_disk, power_cuts) = (self.slow_disks, self.power_cuts);
+                let kinds = 9 + u64::from(!registry.is_empty()) + u64::from(slow_disk) + u64::from(power_cuts);
+                // The optional kinds come last, in the order they were added: without
+                // them every seed draws the faults it drew before they existed.
+                let slow_disk_at = 9 + u64::from(!registry.is_empty());
                 let (kind, name, lasts) = match dice.range(0, kinds) {
                     0 | 1 => (FaultKind::PartitionRegion, node, dice.range(500, 4_000)),
                     2 => (FaultKind::KillNode, node, dice.range(500, 4_000)),
                     3 => (FaultKind::PartitionOneway, node, dice.range(500, 4_000)),
                     4 => (FaultKind::HoldNode, node, dice.range(500, 3_000)),
                     5 => (FaultKind::SlowNode, node, dice.range(1_000, 5_000)),
-                    k if slow_disk && k == kinds - 1 => (FaultKind::SlowDisk, node, dice.range(1_000, 5_000)),
+                    k if slow_disk && k == slow_disk_at => (FaultKind::SlowDisk, node, dice.range(1_000, 5_000)),
+                    k if power_cuts && k == kinds - 1 => {
+                        let mut groups: Vec<String> = self.layout.cells.iter().map(|c| c.name.to_owned()).collect();
+                        if !registry.is_empty() {
+                            groups.push(REGISTRY_GROUP.to_owned());
+                        }
+                        let group = groups[dice.range(0, groups.len() as u64) as usize].clone();
+                        (FaultKind::PowerCut, group, dice.range(100, 1_000))
+                    }
                     9 => {
                         let cell = self.layout.cells[dice.range(0, self.layout.cells.len() as u64) as usize].name.to_owned();
                         let kind = if dice.range(0, 2) == 0 { FaultKind::CutFromRegistry } else { FaultKind::StaleRoute };
@@ -427,6 +497,12 @@ impl Faults {
                     }
                     FaultKind::SlowDisk => self.disk_latency(&name, Duration::from_millis(dice.range(20, 300))),
                     FaultKind::CutFromRegistry | FaultKind::StaleRoute => self.cut_from_registry(sim, kind, &name, true),
+                    FaultKind::PowerCut => {
+                        // Writes in flight first: the disks of the group slow down.
+                        for host in self.group_hosts(&name) {
+                            self.disk_latency(&host, Duration::from_millis(dice.range(50, 300)));
+                        }
+                    }
                     _ => {
                         Self::cut(sim, &name, &nodes, true);
                         if dice.range(0, 2) == 0 {
