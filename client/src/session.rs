@@ -573,7 +573,11 @@ async fn renew(s: &Arc<Shared>, stop: CancellationToken, created: Instant) {
             Ok((resp, sent)) => {
                 s.renewed(sent, Duration::from_millis(resp.ttl_remaining_ms));
                 backoff.reset();
-                next = renewals.on_grid(sent + period, grid);
+                // Every TTL/3 — or sooner, halfway to the new deadline, when the cell
+                // confirmed less than the full TTL (its ownership lease is running out:
+                // it never confirms past it, docs/sessions.md).
+                let halfway = sent + s.lose_at().saturating_duration_since(sent) / 2;
+                next = renewals.on_grid(sent + period, grid).min(halfway);
             }
             Err(e) => {
                 metrics::counter!(RENEW_FAILURES, "ns" => ns.clone()).increment(1);

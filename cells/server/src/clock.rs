@@ -67,6 +67,9 @@ pub enum Renewal {
     NeedsClear,
     /// The leader has no live session by that id.
     Unknown,
+    /// The ownership lease no longer covers the session's shard: nothing is confirmed
+    /// (decided by the leader's term, `term.rs`; the clock itself never says it).
+    LeaseEnded,
 }
 
 /// The leader's timers. Ordered maps: timers due at the same instant are proposed in

@@ -112,11 +112,22 @@ impl LockApi {
         }
         // Rule 1, once for the message.
         self.cell.lease_check().await?;
+        // Where each session lives, read before the term is taken (never under it).
+        let homes = self.cell.group.state().read(|m| {
+            let st = m.state();
+            let home = |id: SessionId| st.session(id).and_then(|v| st.served_epoch(&v.home).map(|e| (v.home, e)));
+            (home(first), msg.more.iter().map(|id| home(SessionId(*id))).collect::<Vec<_>>())
+        });
         let (first_decision, decisions) = self.cell.hooks.door(|t| {
             let now = Instant::now();
-            let c = t.clock();
-            let first_decision = c.renew(now, first);
-            let decisions: Vec<Option<Renewal>> = msg.more.iter().zip(&more).map(|(id, done)| done.is_none().then(|| c.renew(now, SessionId(*id)))).collect();
+            let first_decision = t.renew(now, first, homes.0.as_ref());
+            let decisions: Vec<Option<Renewal>> = msg
+                .more
+                .iter()
+                .zip(&more)
+                .zip(&homes.1)
+                .map(|((id, done), home)| done.is_none().then(|| t.renew(now, SessionId(*id), home.as_ref())))
+                .collect();
             (first_decision, decisions)
         })?;
         let ttl_remaining_ms = self.settle(first, first_decision).await?;
@@ -139,6 +150,7 @@ impl LockApi {
             Renewal::Confirmed { ttl_remaining } => Ok(ttl_remaining.as_millis() as u64),
             Renewal::NeedsClear => self.renew(session).await,
             Renewal::Unknown => Err(self.unknown_session(session)),
+            Renewal::LeaseEnded => Err(lease_ended(session)),
         }
     }
 
@@ -158,7 +170,8 @@ impl LockApi {
         // checkpoint lands in the log (not counted), once after.
         for _ in 0..4 {
             let leader = self.cell.lease_check().await?;
-            let decision = self.cell.hooks.door(|t| t.clock().renew(Instant::now(), session))?;
+            let home = self.cell.group.state().read(|m| m.state().session(session).and_then(|v| m.state().served_epoch(&v.home).map(|e| (v.home, e))));
+            let decision = self.cell.hooks.door(|t| t.renew(Instant::now(), session, home.as_ref()))?;
             match decision {
                 Renewal::Confirmed { ttl_remaining } => return Ok(ttl_remaining.as_millis() as u64),
                 Renewal::NeedsClear => {
@@ -168,6 +181,7 @@ impl LockApi {
                     }
                 }
                 Renewal::Unknown => return Err(self.unknown_session(session)),
+                Renewal::LeaseEnded => return Err(lease_ended(session)),
             }
         }
         Err(status(ErrorCode::Unavailable, "renewal kept racing with checkpoints"))
@@ -541,6 +555,15 @@ impl LockService for LockApi {
             Err(e) => Err(cell_status(&e)),
         }
     }
+}
+
+/// A renewal refused because the cell's ownership lease no longer covers the session's
+/// shard (the registry unreachable for longer than the lease, or the shard moved).
+fn lease_ended(session: SessionId) -> Status {
+    status(
+        ErrorCode::Unavailable,
+        format!("session {session}: this cell's ownership lease of its shard has run out (registry unreachable?); the renewal is not confirmed"),
+    )
 }
 
 fn unexpected(o: Outcome) -> Status {

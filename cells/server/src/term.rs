@@ -23,7 +23,7 @@
 //! keeps the one slot for the current term under one mutex; handlers reach it only
 //! through `Hooks::door`, which answers `UNAVAILABLE` once the term is gone.
 
-use crate::clock::{CheckpointArrivals, LeaseClock};
+use crate::clock::{CheckpointArrivals, LeaseClock, Renewal};
 use crate::ownership::{OwnershipLease, Refusal};
 use holdfast_cell_state::{Applied, CellState, Command, DequeueReason, Entry, Event, EventKind};
 use holdfast_core::{Epoch, FencingToken, RequestId, SessionId, ShardKey};
@@ -118,6 +118,30 @@ impl LeaderTerm {
     /// cover it? Always in admin mode.
     pub fn covers(&self, now: Instant, shard: &ShardKey, epoch: Epoch) -> bool {
         self.ownership.as_ref().is_none_or(|o| o.covers(now, shard, epoch))
+    }
+
+    /// A renewal of `session`, homed in `home` (its shard and the epoch served): confirmed
+    /// only while the ownership lease covers that shard, and never so long that the
+    /// client's rule — the session is lost at `sent + ttl_remaining - TTL/3`
+    /// (docs/sdk.md) — reaches past the lease: `ttl_remaining` is at most what the lease
+    /// has left plus TTL/3. So the holder's SDK declares the session lost before the
+    /// lease ends, and the shard's next owner grants only after that (issue #43:
+    /// renewals went on being confirmed with the registry away, while an unplanned move
+    /// let the next owner grant). Admin mode: the clock alone decides.
+    pub fn renew(&mut self, now: Instant, session: SessionId, home: Option<&(ShardKey, Epoch)>) -> Renewal {
+        let left = match (&self.ownership, home) {
+            (Some(lease), Some((shard, epoch))) => Some(lease.left(now, shard, *epoch)),
+            _ => None,
+        };
+        if left.is_some_and(|l| l.is_zero()) {
+            return Renewal::LeaseEnded;
+        }
+        match self.clock.renew(now, session) {
+            Renewal::Confirmed { ttl_remaining } => {
+                Renewal::Confirmed { ttl_remaining: left.map_or(ttl_remaining, |l| ttl_remaining.min(l + ttl_remaining / 3)) }
+            }
+            other => other,
+        }
     }
 
     /// Arms a wake-up for a queued acquire of this term.

@@ -181,7 +181,7 @@ async fn planned_move_tells_the_holder_moved_and_the_target_issues_larger_tokens
 
     info!("--- the registry moves the shard to B, planned");
     let mut r = w.registry_client().await;
-    r.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    r.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true, ..Default::default() }).await.unwrap();
 
     info!("--- A seals: H is told MOVED");
     let ended = tokio::time::timeout(WAIT, watch.message()).await.expect("no event after the move").unwrap().unwrap();
@@ -247,7 +247,7 @@ async fn unplanned_move_a_cut_off_cell_stops_granting_before_its_lease_ends_and_
     info!("--- the registry moves the shard to B, unplanned: only after A's lease");
     let mut r = w.registry_client().await;
     let moved_at = Instant::now();
-    r.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: false }).await.unwrap();
+    r.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: false, ..Default::default() }).await.unwrap();
     let deadline = Instant::now() + WAIT;
     while w.owner().await.cell != "b" {
         assert!(Instant::now() < deadline, "the unplanned move did not complete");
@@ -397,7 +397,7 @@ async fn a_grant_whose_commit_stalls_past_the_ownership_lease_is_not_answered() 
 
     info!("--- the registry moves the shard to B, unplanned, once A's lease ran out; B grants");
     let mut r = w.registry_client().await;
-    r.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: false }).await.unwrap();
+    r.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: false, ..Default::default() }).await.unwrap();
     let cb = leader_client(&w.b).await;
     let ws = session_at(&cb, 10_000).await;
     let tb = acquire_at(&cb, ws, "x", "w-1").await;
@@ -420,6 +420,50 @@ async fn a_grant_whose_commit_stalls_past_the_ownership_lease_is_not_answered() 
         ),
         Err(e) => assert_eq!(code(&e), "UNAVAILABLE", "{e:?}"),
     }
+    w.cut_a(false);
+    w.shutdown().await;
+}
+
+/// Issue #43: session renewals ignored the ownership lease. With the cell cut off from
+/// the registry, its renewals kept being confirmed with the full TTL for as long as
+/// they were sent, while an unplanned move let the next owner grant: the old holder's
+/// SDK never reported the loss. A renewal is now confirmed only while the lease covers
+/// the session's shard, and never so long that the SDK's rule (lost at `sent +
+/// ttl_remaining - TTL/3`) reaches past the lease; past it, it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_are_confirmed_only_under_the_ownership_lease() {
+    let _g = serial().await;
+    let w = World::start().await;
+    let ca = leader_client(&w.a).await;
+    let ttl = 30_000;
+    let h = session_at(&ca, ttl).await;
+    acquire_at(&ca, h, "x", "h-1").await;
+    let mut c = leader_client(&w.a).await;
+
+    info!("--- under the lease: confirmed, and no further past the lease than TTL/3");
+    let confirmed = renew(&mut c, h).await.unwrap();
+    assert!(confirmed <= LEASE_MS + ttl / 3, "a renewal confirmed {confirmed} ms under a {LEASE_MS} ms lease");
+
+    info!("--- A is cut off from the registry; its lease runs out");
+    w.cut_a(true);
+    let cut_at = Instant::now();
+    let mut last_confirmed = None;
+    let refused = loop {
+        match renew(&mut c, h).await {
+            Ok(left) => {
+                // The SDK's loss deadline for this renewal, counted from the cut.
+                let loss = cut_at.elapsed() + Duration::from_millis(left.saturating_sub(ttl / 3));
+                assert!(loss <= Duration::from_millis(LEASE_MS), "confirmed {left} ms at {:?} after the cut: past the lease", cut_at.elapsed());
+                last_confirmed = Some(cut_at.elapsed());
+            }
+            Err(e) => break e,
+        }
+        assert!(cut_at.elapsed() < Duration::from_millis(LEASE_MS) * 2, "renewals kept being confirmed {:?} after the cut", cut_at.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(code(&refused), "UNAVAILABLE", "{refused:?}");
+    assert!(refused.message().contains("ownership lease"), "{refused:?}");
+    info!(?last_confirmed, refused_after = ?cut_at.elapsed(), "renewals refused once the lease ran out");
     w.cut_a(false);
     w.shutdown().await;
 }
