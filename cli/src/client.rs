@@ -287,6 +287,15 @@ pub enum ShardCmd {
         /// The source is gone: wait out its ownership lease instead of its seal.
         #[arg(long)]
         unplanned: bool,
+        /// With --unplanned: you have confirmed the source's cells are down or cut off
+        /// from every client, so the move completes at once instead of after the source's
+        /// ownership lease (30 minutes by default). Audited with --reason. What still
+        /// holds then, and what does not: docs/guarantees.md.
+        #[arg(long, requires_all = ["unplanned", "reason"])]
+        fence_confirmed: bool,
+        /// Why the fencing is confirmed (recorded in the audit log).
+        #[arg(long)]
+        reason: Option<String>,
     },
 }
 
@@ -491,14 +500,26 @@ pub async fn shard(cmd: ShardCmd) -> Result<(), String> {
             };
             emit(gw.output, &owner.as_ref().map(OwnerView::from));
         }
-        ShardCmd::Move { gw, ns, shard, to, unplanned } => {
+        ShardCmd::Move { gw, ns, shard, to, unplanned, fence_confirmed, reason } => {
             let remote = gw.remote()?;
-            let req = rpb::MoveShardRequest { ns: ns.clone(), shard: shard.clone(), to_cell: to.clone(), planned: !unplanned };
+            let req = rpb::MoveShardRequest {
+                ns: ns.clone(),
+                shard: shard.clone(),
+                to_cell: to.clone(),
+                planned: !unplanned,
+                fence_confirmed,
+                reason: reason.unwrap_or_default(),
+            };
             let started = remote.once(|ch| registry(ch, req.clone(), |mut c, r| async move { c.move_shard(r).await })).await?;
-            let from_epoch = started.owner.as_ref().map_or(0, |o| o.epoch);
+            // A confirmed fence completes at once: the answer is the new owner already.
+            let from_epoch = if fence_confirmed { 0 } else { started.owner.as_ref().map_or(0, |o| o.epoch) };
             eprintln!(
                 "moving {ns}/{shard} to {to} ({})...",
-                if unplanned { "unplanned: waiting out the source's lease" } else { "planned: waiting for the source's seal" }
+                match (unplanned, fence_confirmed) {
+                    (true, true) => "unplanned, fencing confirmed: at once",
+                    (true, false) => "unplanned: waiting out the source's lease",
+                    _ => "planned: waiting for the source's seal",
+                }
             );
             // Long operations show progress: poll until the new owner is active.
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

@@ -198,7 +198,7 @@ pub async fn run(a: DemoArgs) -> Result<(), String> {
 
     t.say("moving shard demo/default from east-1 to west-1 (planned: drain, seal, epoch + 1)");
     let mut reg = RegistryServiceClient::new(crate::remote::connect(crate::remote::transport(&tls)?, &gw).await?);
-    let req = rpb::MoveShardRequest { ns: "demo".into(), shard: "default".into(), to_cell: "west-1".into(), planned: true };
+    let req = rpb::MoveShardRequest { ns: "demo".into(), shard: "default".into(), to_cell: "west-1".into(), planned: true, ..Default::default() };
     reg.move_shard(req).await.map_err(|s| holdfast_rpc::status::one_line(&s))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let owner = loop {

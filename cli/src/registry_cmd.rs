@@ -37,6 +37,10 @@ pub struct RunArgs {
     /// Serve /metrics, /healthz and /readyz on this address.
     #[arg(long)]
     metrics_addr: Option<String>,
+    /// How long one ownership renewal lets a cell serve its shards, ms (the config's
+    /// `ownership_lease_ms`; default 30 minutes: docs/registry.md, "Static stability").
+    #[arg(long)]
+    ownership_lease_ms: Option<u64>,
 }
 
 pub async fn run(cmd: RegistryCmd) -> Result<(), String> {
@@ -48,7 +52,8 @@ pub async fn run(cmd: RegistryCmd) -> Result<(), String> {
 }
 
 async fn run_node(a: RunArgs) -> Result<(), String> {
-    let cfg = RegistryConfig::load(a.node.config(), &a.node.overrides([("metrics_addr", a.metrics_addr)])).map_err(|e| e.to_string())?;
+    let more = [("metrics_addr", a.metrics_addr), ("ownership_lease_ms", a.ownership_lease_ms.map(|v| v.to_string()))];
+    let cfg = RegistryConfig::load(a.node.config(), &a.node.overrides(more)).map_err(|e| e.to_string())?;
     if a.node.print_config() {
         return crate::serve::print_config(&cfg);
     }

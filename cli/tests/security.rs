@@ -264,9 +264,9 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
         }
         "RegistryService.ListCells" => verdict(r.list_cells(rpb::ListCellsRequest::default()).await),
         "RegistryService.PlaceShard" => verdict(r.place_shard(rpb::PlaceShardRequest { ns: ns_s, shard: "matrix".into(), cell: "nowhere-1".into() }).await),
-        "RegistryService.MoveShard" => {
-            verdict(r.move_shard(rpb::MoveShardRequest { ns: ns_s, shard: "default".into(), to_cell: "nowhere-1".into(), planned: true }).await)
-        }
+        "RegistryService.MoveShard" => verdict(
+            r.move_shard(rpb::MoveShardRequest { ns: ns_s, shard: "default".into(), to_cell: "nowhere-1".into(), planned: true, ..Default::default() }).await,
+        ),
         "RegistryService.AbortMove" => verdict(r.abort_move(rpb::AbortMoveRequest { ns: ns_s, shard: "default".into(), epoch: 999 }).await),
         "RegistryService.WatchOwnership" => verdict(r.watch_ownership(rpb::WatchOwnershipRequest { from_revision: 0, ns: ns_s }).await),
         "RegistryService.GrantRole" => verdict(r.grant_role(rpb::GrantRoleRequest { grant: None }).await),

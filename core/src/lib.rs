@@ -82,6 +82,18 @@ impl std::fmt::Display for EndReason {
     }
 }
 
+/// The bound holdfast assumes on how far two nodes' monotonic clocks can run at
+/// different rates: 1 part in 1,000 (0.1 %; a crystal drifts by about 0.01 %, and NTP
+/// slews a clock by at most 0.05 %). A lease measured on one node and judged on another
+/// must allow this fraction of its length, beside any fixed margin: the ownership
+/// lease's cell margin and registry grace do (docs/registry.md).
+pub const CLOCK_RATE_BOUND_DENOMINATOR: u32 = 1_000;
+
+/// The part of `span` two clocks may disagree on over it ([`CLOCK_RATE_BOUND_DENOMINATOR`]).
+pub fn clock_rate_allowance(span: std::time::Duration) -> std::time::Duration {
+    span / CLOCK_RATE_BOUND_DENOMINATOR
+}
+
 /// Environment variables the `holdfast` command line reads for itself (which servers to
 /// talk to, which playground to drill). Server configuration loaders skip them: they are
 /// not server settings, and a node's config refuses unknown keys. None of them names a

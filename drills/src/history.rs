@@ -77,6 +77,9 @@ pub enum FaultKind {
     /// entries it wrote and had not synced, and start again on what their disks kept
     /// (the simulation).
     PowerCut,
+    /// The registry loses its quorum: a majority of its voters stopped (SIGSTOP) while
+    /// every cell and gateway runs on.
+    RegistryQuorumLost,
 }
 
 impl fmt::Display for LockKey {

@@ -2,9 +2,12 @@
 //! certificate, or a bearer token checked against the registry's hashes) and its
 //! roles checked against the registry's grants, once per call, before anything is
 //! routed. The grants and token hashes are a copy, asked for again every
-//! [`REFRESH`]; a copy older than [`STALE`] (the registry cannot be reached) refuses
-//! every caller but nodes and `root`: access fails closed. The table of which call
-//! needs which role is in docs/security.md; [`Need`] is how each call states it.
+//! [`REFRESH`]. While the registry cannot be reached, the gateway serves on its last
+//! copy (Consul's `down_policy = extend-cache`): a region keeps serving with the
+//! registry away, and a revocation reaches it once the registry is back. A copy older
+//! than [`EXTEND_CACHE`] refuses every caller but nodes and `root`: after that long,
+//! access fails closed. The table of which call needs which role is in
+//! docs/security.md; [`Need`] is how each call states it.
 //!
 //! A gateway started `--insecure` authenticates nobody and lets every call through.
 
@@ -21,12 +24,15 @@ use tokio::time::Instant;
 use tonic::Status;
 use tracing::{debug, info, warn};
 
-/// How often the grants and token hashes are asked for again. A revoked token or
-/// role stops working within this plus one registry round trip.
+/// How often the grants and token hashes are asked for again. While the registry
+/// answers, a revoked token or role stops working within this plus one registry round
+/// trip.
 pub const REFRESH: Duration = Duration::from_secs(1);
-/// Older than this, the copy is not trusted: callers other than nodes and `root` are
-/// refused with `UNAVAILABLE` until the registry answers again.
-pub const STALE: Duration = Duration::from_secs(10);
+/// How long the gateway serves on its last copy while the registry cannot be reached:
+/// as long as the cells' default ownership lease, so a region rides out a registry
+/// outage as long as its cells do. Older than this, the copy is not trusted: callers
+/// other than nodes and `root` are refused with `UNAVAILABLE` until the registry answers.
+pub const EXTEND_CACHE: Duration = Duration::from_secs(30 * 60);
 
 /// What a call needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +97,8 @@ struct Copy {
 pub struct Access {
     enforcing: bool,
     copy: RwLock<Option<Copy>>,
+    /// [`EXTEND_CACHE`]; shorter in unit tests.
+    extend: Duration,
 }
 
 fn unauthenticated(msg: impl Into<String>) -> Status {
@@ -100,7 +108,7 @@ fn unauthenticated(msg: impl Into<String>) -> Status {
 impl Access {
     /// `enforcing` is false exactly on an `--insecure` gateway.
     pub fn new(enforcing: bool) -> Access {
-        Access { enforcing, copy: RwLock::new(None) }
+        Access { enforcing, copy: RwLock::new(None), extend: EXTEND_CACHE }
     }
 
     /// Can this gateway decide calls: not enforcing, or holding a fresh copy of the
@@ -145,12 +153,13 @@ impl Access {
     /// `f` of the copy, if it is fresh enough to decide with.
     fn with_fresh<T>(&self, f: impl FnOnce(&Copy) -> T) -> Result<T, Status> {
         match self.copy.read().expect("access lock").as_ref() {
-            Some(c) if c.fetched.elapsed() <= STALE => Ok(f(c)),
+            Some(c) if c.fetched.elapsed() <= self.extend => Ok(f(c)),
             Some(c) => Err(status(
                 ErrorCode::Unavailable,
                 format!(
-                    "this gateway's copy of the access policy is {} s old (registry unreachable?): it refuses until it refreshes",
-                    c.fetched.elapsed().as_secs()
+                    "this gateway's copy of the access policy is {} s old, older than the {} s it serves on while the registry is unreachable: it refuses until it refreshes",
+                    c.fetched.elapsed().as_secs(),
+                    self.extend.as_secs()
                 ),
             )),
             None => Err(status(ErrorCode::Unavailable, "this gateway has not yet fetched the access policy from the registry")),
@@ -280,12 +289,16 @@ mod tests {
 
     #[test]
     fn a_stale_copy_fails_closed_except_for_nodes_and_root() {
-        let a = Access::new(true);
+        // The copy is served on for `extend` (30 minutes in production) with the
+        // registry away; older, it fails closed.
+        let a = Access { extend: Duration::from_millis(50), ..Access::new(true) };
         let token = BearerToken::generate("ci").unwrap();
         a.install(policy(&token));
         let holder_alpha = Need::In(Role::Holder, ns("alpha"));
         assert!(a.authorize(&user("alice"), &holder_alpha).is_ok());
-        a.copy.write().unwrap().as_mut().unwrap().fetched -= STALE + Duration::from_millis(1);
+        a.copy.write().unwrap().as_mut().unwrap().fetched -= Duration::from_millis(49);
+        assert!(a.ready() && a.authorize(&user("alice"), &holder_alpha).is_ok(), "a copy within its extension was not served on");
+        a.copy.write().unwrap().as_mut().unwrap().fetched -= Duration::from_millis(2);
         assert!(!a.ready());
         assert_eq!(code(a.authorize(&user("alice"), &holder_alpha)), Err(ErrorCode::Unavailable));
         assert_eq!(code(a.authorize(&from(None, Some(&token)), &Need::In(Role::Reader, ns("alpha")))), Err(ErrorCode::Unavailable));

@@ -235,7 +235,9 @@ async fn a_call_routed_with_a_stale_epoch_is_refused_and_retried_at_the_new_owne
     info!("--- the gateway loses the registry; the shard moves a -> b meanwhile");
     w.cut_gateway_from_registry(true);
     let mut reg = w.registry_client().await;
-    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true, ..Default::default() })
+        .await
+        .unwrap();
     let deadline = Instant::now() + WAIT;
     loop {
         let o = reg.get_owner(rpb::GetOwnerRequest { ns: "pay".into(), shard: "default".into(), fresh: true }).await.unwrap().into_inner().owner.unwrap();
@@ -410,7 +412,9 @@ async fn an_sdk_session_recreates_itself_after_its_shard_moves() {
 
     info!("--- the shard moves to cell b");
     let mut reg = w.registry_client().await;
-    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true, ..Default::default() })
+        .await
+        .unwrap();
 
     info!("--- the lock and its session report MOVED; the keeper publishes a new session");
     let reason = tokio::time::timeout(WAIT, lock.lost()).await.expect("the move was never reported");
@@ -448,7 +452,9 @@ async fn the_ownership_cache_follows_moves_and_survives_a_broken_watch() {
     let mut changes = cache.changes();
 
     info!("--- a planned move: the cache has the new owner and epoch, and says so");
-    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true, ..Default::default() })
+        .await
+        .unwrap();
     let deadline = Instant::now() + WAIT;
     while at("default") != Some(("b".into(), 2)) {
         assert!(Instant::now() < deadline, "the cache never saw the move: {:?}", at("default"));
@@ -464,7 +470,7 @@ async fn the_ownership_cache_follows_moves_and_survives_a_broken_watch() {
     info!("--- its watch breaks (the gateway loses the registry) while s2 moves");
     let relists = cache.relists();
     w.cut_gateway_from_registry(true);
-    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "s2".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "s2".into(), to_cell: "b".into(), planned: true, ..Default::default() }).await.unwrap();
     let deadline = Instant::now() + WAIT;
     while reg.get_owner(rpb::GetOwnerRequest { ns: "pay".into(), shard: "s2".into(), fresh: true }).await.unwrap().into_inner().owner.unwrap().epoch != 2 {
         assert!(Instant::now() < deadline, "the move of s2 did not complete");
@@ -512,7 +518,9 @@ async fn owner_lookups_are_answered_from_the_placement_cache_unless_fresh_is_ask
 
     info!("--- a move: the cache follows it (the watch), and its revision grows");
     let mut reg = w.registry_client().await;
-    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true }).await.unwrap();
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: true, ..Default::default() })
+        .await
+        .unwrap();
     let deadline = Instant::now() + WAIT;
     loop {
         let now = gw.get_owner(ask(false)).await.unwrap().into_inner();

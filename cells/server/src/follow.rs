@@ -89,7 +89,7 @@ pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, shutdown: Cancellation
                 // back: report it almost at once rather than in lease/3 (not at once:
                 // a registry that keeps refusing the record must not get a hot loop).
                 Ok(Renewed { unrecorded: true, .. }) => UNRECORDED_PAUSE,
-                Ok(Renewed { lease, .. }) => lease / 3,
+                Ok(Renewed { renew, .. }) => renew,
                 Err(e) => {
                     warn!(error = %e, "ownership renewal failed; the cell stops granting when its lease runs out");
                     RETRY
@@ -105,7 +105,8 @@ pub async fn run(cell: Arc<Cell>, mut link: RegistryLink, shutdown: Cancellation
 
 /// What one renewal left.
 struct Renewed {
-    lease: Duration,
+    /// When to renew next (the registry says; a third of the lease for an older one).
+    renew: Duration,
     /// The cell now serves an epoch the registry lists as not yet adopted (it adopted
     /// it just now): the next renewal reports it, and grants wait for that.
     unrecorded: bool,
@@ -124,6 +125,7 @@ async fn follow_once(cell: &Cell, link: &mut RegistryLink, term: u64) -> Result<
     let sent = Instant::now();
     let answer = link.renew(serving, term).await?;
     let lease_len = Duration::from_millis(answer.lease_ms);
+    let answer_renew = Duration::from_millis(answer.renew_ms);
     let listed = answer.shards.into_iter().map(listed_from).collect::<Result<Vec<_>, _>>()?;
     let configs = answer
         .configs
@@ -180,7 +182,8 @@ async fn follow_once(cell: &Cell, link: &mut RegistryLink, term: u64) -> Result<
     }
     let now_served = cell.group.state().read(|m| served(m.state().shards()));
     let unrecorded = listed.iter().filter(|l| !l.adopted && !l.draining).any(|l| now_served.contains(&(l.shard.clone(), l.epoch)));
-    Ok(Renewed { lease: lease_len, unrecorded })
+    let renew = if answer_renew.is_zero() { lease_len / 3 } else { answer_renew.min(lease_len / 3) };
+    Ok(Renewed { renew, unrecorded })
 }
 
 fn listed_from(s: rpb::OwnedShard) -> Result<Listed, String> {

@@ -71,8 +71,10 @@ impl OwnershipLease {
     /// `lock_delay` gives a namespace's lock-delay (for unsealed handovers).
     pub fn renewed(&mut self, sent: Instant, now: Instant, lease: Duration, listed: &[Listed], lock_delay: impl Fn(&ShardKey) -> Duration) {
         // Counted from the send: the registry counts from a later instant, so the
-        // cell's view always ends first. The margin covers clock-rate differences.
-        self.until = lease.checked_sub(self.margin).map(|l| sent + l);
+        // cell's view always ends first. The margin, and 0.1 % of the lease, cover
+        // clock-rate differences (a 30-minute lease: 1.8 s more).
+        let margin = self.margin + holdfast_core::clock_rate_allowance(lease);
+        self.until = lease.checked_sub(margin).map(|l| sent + l);
         let mut next = HashMap::new();
         for l in listed {
             let quiet_until = match self.shards.get(&l.shard) {
@@ -142,6 +144,14 @@ impl OwnershipLease {
     /// hold with `MOVED`, and the registry waits for that seal.
     pub fn covers(&self, now: Instant, shard: &ShardKey, epoch: Epoch) -> bool {
         self.held(now) && self.shards.get(shard).is_some_and(|c| c.epoch == epoch)
+    }
+
+    /// How long the lease still covers `shard` at `epoch` (zero if it does not).
+    pub fn left(&self, now: Instant, shard: &ShardKey, epoch: Epoch) -> Duration {
+        match self.until {
+            Some(until) if self.covers(now, shard, epoch) => until.saturating_duration_since(now),
+            _ => Duration::ZERO,
+        }
     }
 }
 
@@ -233,10 +243,19 @@ mod tests {
         let mut lease = OwnershipLease::new(MARGIN);
         // The answer took 1 s to arrive: the lease still counts from the send.
         lease.renewed(t0, t0 + Duration::from_secs(1), LEASE, &[listed("a", 1)], |_| Duration::ZERO);
-        assert!(lease.may_grant(t0 + LEASE - MARGIN - Duration::from_millis(1), &key("a"), Epoch(1)).is_ok());
-        let late = lease.may_grant(t0 + LEASE - MARGIN, &key("a"), Epoch(1)).unwrap_err();
+        // The margin, and 0.1 % of the lease for clock rates.
+        let end = t0 + LEASE - MARGIN - LEASE / 1_000;
+        assert!(lease.may_grant(end - Duration::from_millis(1), &key("a"), Epoch(1)).is_ok());
+        let late = lease.may_grant(end, &key("a"), Epoch(1)).unwrap_err();
         assert_eq!(late.code, ErrorCode::Unavailable);
-        assert!(!lease.held(t0 + LEASE - MARGIN));
+        assert!(!lease.held(end));
+        assert_eq!(lease.left(end - Duration::from_millis(10), &key("a"), Epoch(1)), Duration::from_millis(10));
+        // A 30-minute lease ends 1.8 s earlier for clock rates.
+        let mut long = OwnershipLease::new(MARGIN);
+        let thirty = Duration::from_secs(1_800);
+        long.renewed(t0, t0, thirty, &[listed("a", 1)], |_| Duration::ZERO);
+        assert!(long.held(t0 + thirty - MARGIN - Duration::from_millis(1_801)));
+        assert!(!long.held(t0 + thirty - MARGIN - Duration::from_millis(1_800)));
     }
 
     #[test]

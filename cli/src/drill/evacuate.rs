@@ -581,7 +581,7 @@ async fn perform_action(ctx: &Ctx, ev: &Evacuation, action: Action) -> Vec<Input
             }
         }
         Action::MoveShard { ns, shard, to_cell } => {
-            let req = rpb::MoveShardRequest { ns: ns.to_string(), shard: shard.to_string(), to_cell: to_cell.to_string(), planned: true };
+            let req = rpb::MoveShardRequest { ns: ns.to_string(), shard: shard.to_string(), to_cell: to_cell.to_string(), planned: true, ..Default::default() };
             match ctx.reg.move_shard(req).await {
                 Ok(r) => r.owner.as_ref().and_then(|o| view(o).ok()).map(Input::Owner).into_iter().collect(),
                 // In progress, or unknown: observe the owner instead.

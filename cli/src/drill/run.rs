@@ -9,7 +9,7 @@
 //!    - `evacuate`: evacuates `--region` in waves, verifies (owners, safety checker,
 //!      the workload re-acquired on the new owners), then rolls it back;
 //!    - `partition`: cuts `--region` off (netns), moves its shards away unplanned
-//!      (after their ownership leases ran out), kills another cell's leader, heals,
+//!      (fencing confirmed: the drill cut the region off), kills another cell's leader, heals,
 //!      restarts the killed node, and brings the shards home planned.
 //! 4. Lets the workload run on, stops everything, checks the whole history and writes
 //!    `report.md`, `report.json`, `report.svg` beside `history.jsonl` in `--out`.
@@ -51,6 +51,11 @@ pub enum Scenario {
     /// late write must be refused), a cell leader SIGSTOPped past its election timeout,
     /// the whole region SIGKILLed and restarted.
     ProcessFaults,
+    /// The registry loses its quorum for `--cut-s` (two of its three voters
+    /// SIGSTOPped) under the workload in every region: every region serves on, with no
+    /// failed call; a registry write is refused with UNAVAILABLE; after the voters
+    /// resume, registry writes work again.
+    RegistryOutage,
     /// A lock holder process SIGSTOPped `--pauses` times, each for a random time
     /// around its TTL (from `--seed`; the first one well past it), while the next
     /// holder waits for the lock; each resumed holder writes with its old token
@@ -154,7 +159,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
 
     let region = match (a.region.clone(), a.scenario) {
         (Some(r), _) => r,
-        (None, Scenario::Evacuate | Scenario::HolderPauses) => pg.regions[0].name.clone(),
+        (None, Scenario::Evacuate | Scenario::HolderPauses | Scenario::RegistryOutage) => pg.regions[0].name.clone(),
         (None, Scenario::Partition | Scenario::ProcessFaults) => pg.regions.last().map(|r| r.name.clone()).unwrap_or_default(),
     };
     let ctx = Ctx { reg: reg.clone(), rec: rec.clone(), dir: out.clone(), timeout: Duration::from_secs(180) };
@@ -163,6 +168,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         Scenario::Partition => partition_scenario(&ctx, &pg, &region, Duration::from_secs(a.cut_s)).await,
         Scenario::ProcessFaults => process_faults_scenario(&ctx, &pg, &region, &owners, resource.clone(), a.ttl_ms, Duration::from_secs(a.cut_s)).await,
         Scenario::HolderPauses => holder_pauses_scenario(&ctx, &pg, &owners, resource.clone(), a.ttl_ms, a.pauses, a.seed).await,
+        Scenario::RegistryOutage => registry_outage_scenario(&ctx, &pg, Duration::from_secs(a.cut_s)).await,
     };
     if let Err(e) = &scenario {
         println!("scenario failed: {e}");
@@ -187,6 +193,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         Scenario::Partition => format!("Drill: {region} cut off, its shards failed over, a cell leader killed"),
         Scenario::ProcessFaults => format!("Drill: a holder and a leader SIGSTOPped, {region} killed and restarted"),
         Scenario::HolderPauses => format!("Drill: a lock holder SIGSTOPped {} times around its TTL (seed {})", a.pauses, a.seed),
+        Scenario::RegistryOutage => format!("Drill: the registry's quorum lost for {} s under a fenced workload in every region", a.cut_s),
     };
     let check = report(&out, &title, &rec.history())?;
     scenario?;
@@ -274,6 +281,98 @@ async fn evacuate_scenario(ctx: &Ctx, pg: &Playground, region: &str) -> Result<(
     Ok(())
 }
 
+/// The registry's quorum lost for `down` (two of three voters SIGSTOPped) while the
+/// workload runs in every region. Checks what static stability promises (issue #43):
+/// no call of the workload fails while the registry is away, every region keeps
+/// granting, a registry write is refused with `UNAVAILABLE`, and once the voters are
+/// back a registry write succeeds again. Prints how long that took.
+async fn registry_outage_scenario(ctx: &Ctx, pg: &Playground, down: Duration) -> Result<(), String> {
+    let voters: Vec<(String, u32)> = pg
+        .regions
+        .iter()
+        .skip(1)
+        .take(2)
+        .map(|r| Ok((r.registry.name.clone(), r.registry.pid.ok_or(format!("{} has no pid", r.registry.name))?)))
+        .collect::<Result<_, String>>()?;
+    if voters.len() < 2 {
+        return Err("a registry outage needs three regions".into());
+    }
+    struct Resume(Vec<u32>);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            for pid in &self.0 {
+                let _ = faults::signal("CONT", *pid);
+            }
+        }
+    }
+    let from_ms = ctx.rec.ms();
+    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::RegistryQuorumLost, target: "registry".into() });
+    for (_, pid) in &voters {
+        faults::signal("STOP", *pid)?;
+    }
+    let resume = Resume(voters.iter().map(|(_, p)| *p).collect());
+    println!(
+        "registry voters {} stopped: the registry has no quorum for {} s",
+        voters.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "),
+        down.as_secs()
+    );
+
+    // A registry write is refused, with a clear code.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let probe = |name: &str| {
+        let config = apb::NamespaceConfig { name: name.into(), owner: "drills".into(), intent: pb::Intent::Correctness as i32, ..Default::default() };
+        rpb::CreateNamespaceRequest { config: Some(config) }
+    };
+    let write = ctx.reg.call(probe("drill-outage-probe"), |mut c, r| async move { c.create_namespace(r).await }).await;
+    let refused = match write {
+        Err(s) if code_of(&s) == Some(ErrorCode::Unavailable) => s.message().to_owned(),
+        Err(s) => return Err(format!("a registry write during the outage was refused with {:?}, not UNAVAILABLE: {}", code_of(&s), s.message())),
+        Ok(_) => return Err("a registry write succeeded while the registry had no quorum".into()),
+    };
+    println!("a registry write during the outage: UNAVAILABLE ({refused})");
+    tokio::time::sleep(down.saturating_sub(Duration::from_secs(2))).await;
+
+    drop(resume);
+    let to_ms = ctx.rec.ms();
+    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: "registry".into() });
+    let resumed = tokio::time::Instant::now();
+    let deadline = resumed + Duration::from_secs(30);
+    let again = loop {
+        match ctx.reg.call(probe("drill-outage-probe-after"), |mut c, r| async move { c.create_namespace(r).await }).await {
+            Ok(_) => break resumed.elapsed(),
+            Err(s) if code_of(&s) == Some(ErrorCode::AlreadyExists) => break resumed.elapsed(),
+            Err(_) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(s) => return Err(format!("registry writes did not come back within 30 s of the voters resuming: {}", s.message())),
+        }
+    };
+    println!("registry writes work again {} ms after the voters resumed", again.as_millis());
+
+    // Every call of the workload during the outage: no failure, and grants in every region.
+    let h = ctx.rec.history();
+    let during = h.events.iter().filter(|e| e.t_ms >= from_ms && e.t_ms <= to_ms);
+    let (mut grants, mut failed) = (std::collections::BTreeMap::<String, u64>::new(), Vec::new());
+    for e in during {
+        match &e.kind {
+            EventKind::GrantOk { region, .. } => *grants.entry(region.to_string()).or_default() += 1,
+            EventKind::GrantFailed { code, .. } if code != "LOCK_HELD" && code != "TIMEOUT" => failed.push(format!("acquire {code}")),
+            EventKind::GrantUnknown { .. } => failed.push("acquire: outcome unknown".into()),
+            EventKind::ReleaseFailed { code, .. } => failed.push(format!("release {code}")),
+            EventKind::ReleaseUnknown { .. } => failed.push("release: outcome unknown".into()),
+            _ => {}
+        }
+    }
+    println!("during the outage: grants by region {grants:?}, {} failed call(s)", failed.len());
+    if !failed.is_empty() {
+        return Err(format!("{} call(s) of the workload failed while the registry was away: {:?}", failed.len(), &failed[..failed.len().min(10)]));
+    }
+    for r in &pg.regions {
+        if grants.get(&r.name).copied().unwrap_or(0) == 0 {
+            return Err(format!("region {} granted nothing while the registry was away", r.name));
+        }
+    }
+    Ok(())
+}
+
 /// Whether a workload lock lives in `shard` (its name is `<shard>-job-<n>`).
 fn owners_shard(lock: &str, shard: &str) -> bool {
     lock.strip_prefix(shard).is_some_and(|rest| rest.starts_with("-job-"))
@@ -292,7 +391,9 @@ async fn partition_scenario(ctx: &Ctx, pg: &Playground, region: &str, cut_for: D
     ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::PartitionRegion, target: region.to_owned() });
     faults::cut(pg, region, true)?;
     println!("{region} cut off; failing its shards {} over to {target} (unplanned)", cut_shards.join(", "));
-    let mut result = failover(ctx, &cut_shards, &target, false).await;
+    // An SRE who cut the region off knows it serves no one: the move need not wait out
+    // its ownership lease (30 minutes by default).
+    let mut result = failover(ctx, &cut_shards, &target, Failover::FenceConfirmed(format!("drill: {region} cut off (network namespaces)"))).await;
 
     if result.is_ok() {
         let leader = faults::leader(pg, &target).await;
@@ -313,15 +414,26 @@ async fn partition_scenario(ctx: &Ctx, pg: &Playground, region: &str, cut_for: D
     ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: format!("{target} leader restarted") });
     result?;
     // Home again, planned: the healed cell takes its shards back at a new epoch.
-    failover(ctx, &cut_shards, &home, true).await?;
+    failover(ctx, &cut_shards, &home, Failover::Planned).await?;
     println!("shards {} back on {home}", cut_shards.join(", "));
     Ok(())
 }
 
+/// How a drill moves shards.
+enum Failover {
+    Planned,
+    /// Unplanned, the source's fencing confirmed by the operator (with this reason).
+    FenceConfirmed(String),
+}
+
 /// Moves `shards` of the drill namespace to `to` and waits until each is active there.
-async fn failover(ctx: &Ctx, shards: &[String], to: &str, planned: bool) -> Result<(), String> {
+async fn failover(ctx: &Ctx, shards: &[String], to: &str, how: Failover) -> Result<(), String> {
+    let (planned, fence_confirmed, reason) = match how {
+        Failover::Planned => (true, false, String::new()),
+        Failover::FenceConfirmed(reason) => (false, true, reason),
+    };
     for shard in shards {
-        let req = rpb::MoveShardRequest { ns: NS.into(), shard: shard.clone(), to_cell: to.to_owned(), planned };
+        let req = rpb::MoveShardRequest { ns: NS.into(), shard: shard.clone(), to_cell: to.to_owned(), planned, fence_confirmed, reason: reason.clone() };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             match ctx.reg.move_shard(req.clone()).await {

@@ -40,7 +40,9 @@ fn registry_config(spec: &NodeSpec) -> holdfast_registry::RegistryConfig {
         // One value per node, drawn from the seed (see the cells' config).
         election_min_ms: spec.election_min_ms,
         election_max_ms: spec.election_min_ms + 1,
+        // Short, so the cut-off and stale-route faults see leases run out in a seed.
         ownership_lease_ms: 3_000,
+        ownership_renew_ms: 1_000,
         ownership_grace_ms: 200,
         snapshot_every_logs: 200,
         shutdown_deadline_ms: 2_000,
@@ -255,7 +257,7 @@ pub(crate) async fn admin(
         // Two moves in three are planned (an evacuation); the third is unplanned (the
         // source is written off, and the move completes once its lease ran out).
         let planned = dice.range(0, 3) != 0;
-        let req = rpb::MoveShardRequest { ns: NS.into(), shard: SHARD.into(), to_cell: to.into(), planned };
+        let req = rpb::MoveShardRequest { ns: NS.into(), shard: SHARD.into(), to_cell: to.into(), planned, ..Default::default() };
         // One move in four is taken back a while after it started, if still under way.
         let take_back = dice.range(0, 4) == 0;
         let after = Duration::from_millis(dice.range(50, 2_000));

@@ -510,6 +510,13 @@ struct MoveBody {
     to_cell: String,
     #[serde(default = "yes")]
     planned: bool,
+    /// Unplanned only: the source's cells are confirmed down or cut off from every
+    /// client; the move completes without waiting out their ownership lease. Needs
+    /// `reason`; audited.
+    #[serde(default)]
+    fence_confirmed: bool,
+    #[serde(default)]
+    reason: String,
 }
 
 fn yes() -> bool {
@@ -527,7 +534,14 @@ async fn move_shard(
 ) -> ApiResult<OwnerView> {
     let ctx = context(peer, &headers);
     let k = key(ns, shard)?;
-    let req = rpb::MoveShardRequest { ns: k.ns.to_string(), shard: k.shard.to_string(), to_cell: b.to_cell, planned: b.planned };
+    let req = rpb::MoveShardRequest {
+        ns: k.ns.to_string(),
+        shard: k.shard.to_string(),
+        to_cell: b.to_cell,
+        planned: b.planned,
+        fence_confirmed: b.fence_confirmed,
+        reason: b.reason,
+    };
     let r = gw.registry(&ctx, Need::Operator, req, |mut c, r| async move { c.move_shard(r).await }).await?;
     Ok(Json(owner_view(r.owner.as_ref())?))
 }

@@ -37,7 +37,10 @@ impl World {
     /// region and cell records in the registry. No namespaces yet.
     pub async fn start(two_cells: bool) -> World {
         let root = tempfile::tempdir().unwrap();
-        let registry = holdfast_registry::testing::start_registry(root.path()).await;
+        // Sessions here renew with TTLs of 10 s: a renewal is never confirmed past the
+        // ownership lease (docs/sessions.md), so the lease is a minute, not the 3 s the
+        // cell's ownership tests use to watch it run out.
+        let registry = holdfast_registry::testing::start_registry_with_lease(root.path(), 60_000).await;
         let direct: Vec<String> = registry.iter().map(|n| n.client_addr().to_string()).collect();
 
         let mut cells = BTreeMap::new();

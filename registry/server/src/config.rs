@@ -34,11 +34,19 @@ pub struct RegistryConfig {
     /// Election timeout range, ms. Defaults 300 and 500 (the leader lease is the max).
     pub election_min_ms: u64,
     pub election_max_ms: u64,
-    /// How long one ownership renewal lets a cell serve its shards, ms. Default 3000.
-    /// Losing registry quorum stops grants everywhere after about this long.
+    /// How long one ownership renewal lets a cell serve its shards, ms. Default
+    /// 1,800,000 (30 minutes): a cell serves what it owns through a registry outage (or
+    /// its region's cut from the others) this long; an unplanned move away from a cell
+    /// that cannot be reached waits this long unless an operator confirms the cell is
+    /// fenced off (docs/registry.md, "Static stability").
     pub ownership_lease_ms: u64,
+    /// How often cells renew, ms. Default 1000: moves and namespace changes reach a cell
+    /// within about this long, and a new registry leader hears every live cell leader
+    /// within a few of these.
+    pub ownership_renew_ms: u64,
     /// Extra wait after a source's lease ends before its shard moves, covering
-    /// clock-rate differences between registry and cell, ms. Default 200.
+    /// clock-rate differences between registry and cell, ms. Default 200; the registry
+    /// adds 0.1 % of the lease to it (`holdfast_core::clock_rate_allowance`).
     pub ownership_grace_ms: u64,
     /// Entries between snapshots. Default 5000.
     pub snapshot_every_logs: u64,
@@ -61,11 +69,12 @@ impl RegistryConfig {
     /// `file` (if any), then `HOLDFAST_*` env (`HOLDFAST_NODE_ID=2`), then
     /// `overrides` (from flags), and validates.
     pub fn load(file: Option<&Path>, overrides: &[(&str, String)]) -> Result<RegistryConfig, ConfigError> {
-        let defaults: [(&str, config::Value); 5] = [
+        let defaults: [(&str, config::Value); 6] = [
             ("region", "local".into()),
             ("raft_addr", "127.0.0.1:7201".into()),
             ("client_addr", "127.0.0.1:7200".into()),
-            ("ownership_lease_ms", 3000.into()),
+            ("ownership_lease_ms", 1_800_000.into()),
+            ("ownership_renew_ms", 1000.into()),
             ("ownership_grace_ms", 200.into()),
         ];
         let c: RegistryConfig = load_layered(&defaults, file, overrides)?;
@@ -92,10 +101,13 @@ impl RegistryConfig {
         if let Some(a) = &self.advertise_client_addr {
             holdfast_rpc::host_port(a).map_err(|e| ConfigError::Invalid(format!("advertise_client_addr: {e}")))?;
         }
-        if self.ownership_lease_ms < 3 * self.heartbeat_ms {
+        if self.ownership_renew_ms < self.heartbeat_ms {
+            return bad(format!("ownership_renew_ms ({}) must be at least heartbeat_ms ({})", self.ownership_renew_ms, self.heartbeat_ms));
+        }
+        if self.ownership_lease_ms < 3 * self.ownership_renew_ms {
             return bad(format!(
-                "ownership_lease_ms ({}) must be at least 3 × heartbeat_ms ({}): cells renew at a third of it",
-                self.ownership_lease_ms, self.heartbeat_ms
+                "ownership_lease_ms ({}) must be at least 3 × ownership_renew_ms ({}): a cell must get several renewals in before its lease ends",
+                self.ownership_lease_ms, self.ownership_renew_ms
             ));
         }
         if self.ownership_grace_ms >= self.ownership_lease_ms {
@@ -115,13 +127,17 @@ mod tests {
     fn defaults_then_file_then_flags_and_validation() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("registry.toml");
-        std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\nownership_lease_ms = 2000\n").unwrap();
+        std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\n").unwrap();
+        let c = RegistryConfig::load(Some(&f), &[("tls.insecure", "true".into())]).unwrap();
+        // Static stability: a long lease, renewed every second.
+        assert_eq!((c.ownership_lease_ms, c.ownership_renew_ms, c.ownership_grace_ms), (1_800_000, 1_000, 200));
+        std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\nownership_lease_ms = 3000\n").unwrap();
         let c = RegistryConfig::load(Some(&f), &[("node_id", "2".into()), ("tls.insecure", "true".into())]).unwrap();
-        assert_eq!((c.node_id, c.ownership_lease_ms, c.ownership_grace_ms), (2, 2000, 200));
-        std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\nownership_lease_ms = 100\n").unwrap();
+        assert_eq!((c.node_id, c.ownership_lease_ms, c.ownership_grace_ms), (2, 3000, 200));
+        std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\nownership_lease_ms = 2000\n").unwrap();
         let e = RegistryConfig::load(Some(&f), &[]).unwrap_err().to_string();
-        assert!(e.contains("ownership_lease_ms (100)"), "{e}");
-        std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\nownership_grace_ms = 5000\n").unwrap();
+        assert!(e.contains("ownership_lease_ms (2000) must be at least 3 × ownership_renew_ms (1000)"), "{e}");
+        std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\nownership_lease_ms = 3000\nownership_grace_ms = 5000\n").unwrap();
         assert!(RegistryConfig::load(Some(&f), &[]).unwrap_err().to_string().contains("ownership_grace_ms"));
     }
 }

@@ -23,8 +23,24 @@ const TICK: Duration = Duration::from_millis(50);
 pub struct LeaseTimings {
     /// How long a renewal lets a cell serve its shards.
     pub lease: Duration,
-    /// Extra wait after a lease's end before its shard moves (clock-rate differences).
+    /// How often cells renew.
+    pub renew: Duration,
+    /// Extra wait after a lease's end before its shard moves (clock-rate differences):
+    /// the configured grace plus 0.1 % of the lease.
     pub grace: Duration,
+}
+
+impl LeaseTimings {
+    /// From the configured lease, renewal period and fixed grace.
+    pub fn new(lease: Duration, renew: Duration, grace: Duration) -> LeaseTimings {
+        LeaseTimings { lease, renew, grace: grace + holdfast_core::clock_rate_allowance(lease) }
+    }
+
+    /// How long a cell's leader term is remembered without renewals in it: long
+    /// enough that a live cell leader renews several times within it.
+    pub fn fence_window(&self) -> Duration {
+        self.renew * 3
+    }
 }
 
 /// Runs until `shutdown` fires.
@@ -35,7 +51,7 @@ pub async fn run(reg: Arc<Registry>, timings: LeaseTimings, shutdown: Cancellati
         // Measured after the election, so the inherited lease ends no earlier than
         // any lease a predecessor granted.
         let elected = Instant::now();
-        *reg.hooks.leases.lock().expect("leases lock") = Some(OwnershipLeases::on_election(elected, timings.lease, timings.grace));
+        *reg.hooks.leases.lock().expect("leases lock") = Some(OwnershipLeases::on_election(elected, timings));
         info!(
             node_id = reg.group.node_id(),
             term,

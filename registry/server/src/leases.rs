@@ -14,6 +14,7 @@
 //! The predecessor could only grant while it held openraft's leader lease, which ends
 //! before a new leader can be elected.
 
+use crate::leader::LeaseTimings;
 use holdfast_core::ShardKey;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -23,9 +24,13 @@ use tokio::time::Instant;
 #[derive(Debug, Clone)]
 pub struct OwnershipLeases {
     lease: Duration,
+    renew: Duration,
     grace: Duration,
     /// Leases granted by earlier leaders may run until here.
     inherited_until: Instant,
+    /// From here on this leader has heard every live cell leader (they renew every
+    /// `renew`): its fence of deposed cell leaders is settled.
+    settled_at: Instant,
     /// Per shard: the latest end of a lease this leader granted that listed it.
     granted_until: HashMap<ShardKey, Instant>,
 }
@@ -33,12 +38,24 @@ pub struct OwnershipLeases {
 impl OwnershipLeases {
     /// The leases of a leader that took office at `elected` (or later: a later instant
     /// only makes it wait longer).
-    pub fn on_election(elected: Instant, lease: Duration, grace: Duration) -> OwnershipLeases {
-        OwnershipLeases { lease, grace, inherited_until: elected + lease, granted_until: HashMap::new() }
+    pub fn on_election(elected: Instant, t: LeaseTimings) -> OwnershipLeases {
+        OwnershipLeases {
+            lease: t.lease,
+            renew: t.renew,
+            grace: t.grace,
+            inherited_until: elected + t.lease,
+            settled_at: elected + t.fence_window(),
+            granted_until: HashMap::new(),
+        }
     }
 
     pub fn lease(&self) -> Duration {
         self.lease
+    }
+
+    /// How often cells are told to renew.
+    pub fn renew(&self) -> Duration {
+        self.renew
     }
 
     /// Records a renewal answered at `now` that lists `shards`.
@@ -50,11 +67,11 @@ impl OwnershipLeases {
         }
     }
 
-    /// Has this leader led for a full lease? Before, it has heard each live cell leader
-    /// at most once, and a renewal from a deposed cell leader (a lower term than the
-    /// live one's, which it has not heard yet) cannot be told apart.
+    /// Has this leader led long enough to have heard every live cell leader (a few of
+    /// their renewals)? Before, a renewal from a deposed cell leader (a lower term than
+    /// the live one's, which it has not heard yet) cannot be told apart.
     pub fn settled(&self, now: Instant) -> bool {
-        now >= self.inherited_until
+        now >= self.settled_at
     }
 
     /// Until when some cell may still serve `shard` under a lease.
@@ -79,11 +96,12 @@ mod tests {
 
     const LEASE: Duration = Duration::from_millis(3_000);
     const GRACE: Duration = Duration::from_millis(200);
+    const TIMINGS: LeaseTimings = LeaseTimings { lease: LEASE, renew: Duration::from_millis(1_000), grace: GRACE };
 
     #[test]
     fn new_leader_waits_one_full_lease_for_every_shard() {
         let t0 = Instant::now();
-        let l = OwnershipLeases::on_election(t0, LEASE, GRACE);
+        let l = OwnershipLeases::on_election(t0, TIMINGS);
         assert!(!l.expired(t0 + LEASE, &key("a")), "within the inherited lease");
         assert!(!l.expired(t0 + LEASE + GRACE - Duration::from_millis(1), &key("a")));
         assert!(l.expired(t0 + LEASE + GRACE, &key("a")));
@@ -92,7 +110,7 @@ mod tests {
     #[test]
     fn a_renewal_extends_only_the_shards_it_listed() {
         let t0 = Instant::now();
-        let mut l = OwnershipLeases::on_election(t0, LEASE, GRACE);
+        let mut l = OwnershipLeases::on_election(t0, TIMINGS);
         let t1 = t0 + Duration::from_millis(2_000);
         l.granted(t1, [&key("a")]);
         let end_b = t0 + LEASE + GRACE;
@@ -104,7 +122,7 @@ mod tests {
     #[test]
     fn an_older_renewal_never_shortens_a_lease() {
         let t0 = Instant::now();
-        let mut l = OwnershipLeases::on_election(t0, LEASE, GRACE);
+        let mut l = OwnershipLeases::on_election(t0, TIMINGS);
         let late = t0 + Duration::from_millis(5_000);
         l.granted(late, [&key("a")]);
         l.granted(t0 + Duration::from_millis(4_000), [&key("a")]);

@@ -101,7 +101,11 @@ impl RegistryServer {
         // Gateways, cells and root call the registry; people go through a gateway.
         let router = transport.grpc_server().add_service(InterceptedService::new(api, holdfast_rpc::auth::nodes_and_root));
         let serving = Serving::new(node, client, router, tasks, Duration::from_millis(cfg.shutdown_deadline_ms), "registry API");
-        let timings = LeaseTimings { lease: Duration::from_millis(cfg.ownership_lease_ms), grace: Duration::from_millis(cfg.ownership_grace_ms) };
+        let timings = LeaseTimings::new(
+            Duration::from_millis(cfg.ownership_lease_ms),
+            Duration::from_millis(cfg.ownership_renew_ms),
+            Duration::from_millis(cfg.ownership_grace_ms),
+        );
         serving.spawn("leader duties", leader::run(reg.clone(), timings, serving.stop_signal()));
         serving.spawn("metrics refresh", crate::metrics::refresh(reg.clone(), serving.stop_signal()));
         if let Some(listener) = metrics {

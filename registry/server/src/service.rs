@@ -35,22 +35,22 @@ impl RegistryApi {
     }
 
     /// Refuses a renewal from a deposed leader of `cell`: one whose term is below the
-    /// highest this node has seen from the cell within the last `lease`. Its report of
-    /// what the cell serves is stale (a zombie leader's frozen list), and reconciling it
-    /// would restart shards the live leader serves, once per renewal — an epoch-bump
-    /// storm. The record lapses after a lease without a renewal in its term, so a cell
-    /// formed again from empty disks (its terms start over) is heard once its old
-    /// leader has gone quiet for a lease. After a registry leader change the new leader
-    /// has not seen the latest term: at most one stale renewal slips through, not a
-    /// storm. Term 0 (not given) is not checked.
-    fn fence_cell_term(&self, cell: &CellId, term: u64, lease: Duration) -> Result<(), Status> {
+    /// highest this node has seen from the cell within the last `window` (three renewal
+    /// periods). Its report of what the cell serves is stale (a zombie leader's frozen
+    /// list), and reconciling it would restart shards the live leader serves, once per
+    /// renewal — an epoch-bump storm. The record lapses after a window without a renewal
+    /// in its term, so a cell formed again from empty disks (its terms start over) is
+    /// heard once its old leader has gone quiet. A new registry leader has seen no term
+    /// yet: it restarts no epoch until it is settled (`OwnershipLeases::settled`). Term
+    /// 0 (not given) is not checked.
+    fn fence_cell_term(&self, cell: &CellId, term: u64, window: Duration) -> Result<(), Status> {
         if term == 0 {
             return Ok(());
         }
         let now = Instant::now();
         let mut terms = self.cell_terms.lock().expect("cell terms lock");
         if let Some((seen, at)) = terms.get(cell) {
-            if term < *seen && now.duration_since(*at) < lease {
+            if term < *seen && now.duration_since(*at) < window {
                 return Err(status(
                     ErrorCode::NotLeader,
                     format!("cell {cell} renews in term {seen} already; this renewal from term {term} comes from a deposed cell leader"),
@@ -86,6 +86,9 @@ impl RegistryApi {
         }
     }
 }
+
+/// Longest reason a fence confirmation may give (it is audited).
+const MAX_FENCE_REASON_BYTES: usize = 512;
 
 fn unexpected(o: Outcome) -> Status {
     status(ErrorCode::Unavailable, format!("internal: unexpected outcome {o:?}"))
@@ -284,9 +287,31 @@ impl RegistryService for RegistryApi {
         // Recorded in the audit log with who asked (a gateway names its caller).
         let by = CallContext::from_grpc(&req).identity();
         let r = req.into_inner();
-        let cmd = Command::BeginMove { shard: cv::shard_key(r.ns, r.shard)?, to_cell: cv::cell_id(r.to_cell)?, planned: r.planned };
-        let owner = self.shard_write(&by, cmd).await?;
+        if r.fence_confirmed && (r.planned || r.reason.trim().is_empty() || r.reason.len() > MAX_FENCE_REASON_BYTES) {
+            return Err(invalid(format!("fence_confirmed is for an unplanned move, with a reason of 1 to {MAX_FENCE_REASON_BYTES} bytes (it is audited)")));
+        }
+        let key = cv::shard_key(r.ns, r.shard)?;
+        let to = cv::cell_id(r.to_cell)?;
+        if r.fence_confirmed {
+            // Written ahead: a confirmation the audit log does not record does not happen.
+            let from = self.reg.read(|st| st.get_owner(&key).map(|o| o.cell.to_string())).await?.map_err(|e| registry_status(&e))?;
+            let detail = format!("{key} from {from} to {to}: {}", r.reason.trim());
+            match self.reg.write(Command::Audit { by: by.clone(), action: "fence_confirmed".into(), detail }).await? {
+                Outcome::Audited { .. } => {}
+                other => return Err(unexpected(other)),
+            }
+        }
+        let cmd = Command::BeginMove { shard: key.clone(), to_cell: to, planned: r.planned };
+        let mut owner = self.shard_write(&by, cmd).await?;
         info!(ns = %owner.ns, shard = %owner.shard, from = %owner.cell, to = %owner.to_cell, epoch = owner.epoch, planned = owner.planned, "shard move begun");
+        if r.fence_confirmed {
+            // The operator vouched that the source serves no one: no lease to wait out.
+            let from = owner.cell.clone();
+            owner = self.shard_write(&by, Command::CompleteMove { shard: key.clone(), epoch: Epoch(owner.epoch) }).await?;
+            warn!(shard = %key, from = %from, cell = %owner.cell, epoch = owner.epoch, by = %by, reason = %r.reason.trim(), "shard moved unplanned without waiting out the source's lease: fencing confirmed by an operator");
+            // A transfer like any other (the simulation's stamps read this line).
+            info!(shard = %key, cell = %owner.cell, epoch = owner.epoch, "shard transferred");
+        }
         Ok(Response::new(pb::MoveShardResponse { owner: Some(owner) }))
     }
 
@@ -369,16 +394,19 @@ impl RegistryService for RegistryApi {
         self.reg.lease_check().await?;
         // A leader that has not built its leases yet cannot fence a deposed cell leader
         // (it would fence with a lease of zero, issue #42): the cell retries shortly.
-        let (lease, settled) = self
+        let (renew, settled) = self
             .reg
             .hooks
             .leases
             .lock()
             .expect("leases lock")
             .as_ref()
-            .map(|l| (l.lease(), l.settled(Instant::now())))
+            .map(|l| (l.renew(), l.settled(Instant::now())))
             .ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly"))?;
-        self.fence_cell_term(&cell, r.leader_term, lease)?;
+        // A live cell leader renews every `renew`: three of them without a renewal in its
+        // term and the term is forgotten (a cell formed again from empty disks starts
+        // over at term 1).
+        self.fence_cell_term(&cell, r.leader_term, renew * 3)?;
         self.reconcile_adoption(&cell, &serving, settled).await?;
         // Under the leases lock, so the leader duty never judges a shard's lease over
         // between this read of the state and the record of the grant.
@@ -423,7 +451,7 @@ impl RegistryService for RegistryApi {
                 }
             })
             .collect();
-        Ok(Response::new(pb::RenewOwnershipResponse { lease_ms: lease.as_millis() as u64, shards, configs }))
+        Ok(Response::new(pb::RenewOwnershipResponse { lease_ms: lease.as_millis() as u64, shards, configs, renew_ms: renew.as_millis() as u64 }))
     }
 
     async fn report_sealed(&self, req: Request<pb::ReportSealedRequest>) -> Result<Response<pb::ReportSealedResponse>, Status> {

@@ -12,6 +12,9 @@ use tokio::net::TcpListener;
 /// The ownership lease the test registry grants, ms.
 pub const LEASE_MS: u64 = 3_000;
 
+/// How often the test registry's cells renew, ms.
+pub const RENEW_MS: u64 = 1_000;
+
 /// The ownership grace the test registry waits past a lapsed lease, ms.
 pub const GRACE_MS: u64 = 200;
 
@@ -29,6 +32,7 @@ pub fn config(dir: &Path, id: u64) -> RegistryConfig {
         election_min_ms: 1_000,
         election_max_ms: 2_000,
         ownership_lease_ms: LEASE_MS,
+        ownership_renew_ms: RENEW_MS,
         ownership_grace_ms: GRACE_MS,
         snapshot_every_logs: 5_000,
         shutdown_deadline_ms: 5_000,
@@ -37,13 +41,20 @@ pub fn config(dir: &Path, id: u64) -> RegistryConfig {
     }
 }
 
-/// Starts and forms the registry under `dir`.
+/// Starts and forms the registry under `dir`, with the test lease ([`LEASE_MS`]).
 pub async fn start_registry(dir: &Path) -> Vec<RegistryServer> {
+    start_registry_with_lease(dir, LEASE_MS).await
+}
+
+/// [`start_registry`] with an ownership lease of `lease_ms` (a world whose tests renew
+/// sessions with TTLs longer than the short test lease allows in full).
+pub async fn start_registry_with_lease(dir: &Path, lease_ms: u64) -> Vec<RegistryServer> {
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
         let raft = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        nodes.push(RegistryServer::start(&config(dir, id), raft, client).await.expect("start a registry node"));
+        let cfg = RegistryConfig { ownership_lease_ms: lease_ms, ..config(dir, id) };
+        nodes.push(RegistryServer::start(&cfg, raft, client).await.expect("start a registry node"));
     }
     let members = nodes.iter().map(|n| (n.node_id(), n.node().clone())).collect();
     nodes[0].initialize(members).await.expect("form the registry");

@@ -58,12 +58,16 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
         (
             "move to an evacuated region",
             "INVALID_ARGUMENT",
-            c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "gone-1".into(), planned: true }).await.map(drop),
+            c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "gone-1".into(), planned: true, ..Default::default() })
+                .await
+                .map(drop),
         ),
         (
             "move to the same cell",
             "INVALID_ARGUMENT",
-            c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "east-1".into(), planned: true }).await.map(drop),
+            c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "east-1".into(), planned: true, ..Default::default() })
+                .await
+                .map(drop),
         ),
         ("unknown shard", "UNKNOWN_SHARD", c.get_owner(pb::GetOwnerRequest { ns: "pay".into(), shard: "nope".into(), fresh: false }).await.map(drop)),
         ("unknown namespace", "UNKNOWN_NAMESPACE", c.get_namespace(pb::GetNamespaceRequest { name: "ghost".into() }).await.map(drop)),
@@ -87,9 +91,12 @@ async fn placement_is_served_and_bad_inputs_get_codes_and_change_nothing() {
     assert_eq!(listing(&mut c).await, before, "a refused call changed the registry");
 
     info!("--- a move of a shard already moving is MOVING, and changes nothing");
-    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: true }).await.unwrap();
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: true, ..Default::default() }).await.unwrap();
     let before = listing(&mut c).await;
-    let e = c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: false }).await.unwrap_err();
+    let e = c
+        .move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: false, ..Default::default() })
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), "MOVING", "{}", e.message());
     assert!(e.message().contains("already moving"), "{}", e.message());
     assert_eq!(listing(&mut c).await, before);
@@ -112,7 +119,7 @@ async fn planned_move_drains_the_source_and_its_seal_hands_over_at_the_next_epoc
 
     info!("--- begin a planned move: the source drains, the target still has nothing");
     let o = c
-        .move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: true })
+        .move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: true, ..Default::default() })
         .await
         .unwrap()
         .into_inner()
@@ -163,7 +170,9 @@ async fn unplanned_move_completes_only_after_the_sources_lease_ran_out() {
     let sent = Instant::now();
     let r = renew(&mut c, "east-1").await;
     assert_eq!(r.shards.len(), 1);
-    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false }).await.unwrap();
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false, ..Default::default() })
+        .await
+        .unwrap();
 
     info!("--- while it waits, a source that still renews is no longer given the shard");
     let r = renew(&mut c, "east-1").await;
@@ -224,7 +233,9 @@ async fn writes_continue_after_the_registry_leader_is_killed_and_the_new_leader_
     assert_eq!((cfg.version, cfg.lock_delay_ms), (2, Some(2_000)));
 
     info!("--- an unplanned move right away waits out the lease the old leader may have granted");
-    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false }).await.unwrap();
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "west-1".into(), planned: false, ..Default::default() })
+        .await
+        .unwrap();
     let deadline = Instant::now() + WAIT;
     while owner(&mut c, "pay", "default").await.epoch != 2 {
         assert!(Instant::now() < deadline, "the unplanned move never completed");
@@ -247,7 +258,7 @@ async fn a_watcher_resumed_from_a_revision_misses_nothing() {
 
     info!("--- a watcher from the start sees the placement and a move begun");
     let mut w = c.watch_ownership(pb::WatchOwnershipRequest { from_revision: 0, ns: String::new() }).await.unwrap().into_inner();
-    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: true }).await.unwrap();
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: String::new(), to_cell: "west-1".into(), planned: true, ..Default::default() }).await.unwrap();
     let mut seen = Vec::new();
     for _ in 0..2 {
         seen.push(tokio::time::timeout(WAIT, w.next()).await.unwrap().unwrap().unwrap());
@@ -263,7 +274,7 @@ async fn a_watcher_resumed_from_a_revision_misses_nothing() {
     for _ in 0..3 {
         seen.push(tokio::time::timeout(WAIT, w.next()).await.unwrap().unwrap().unwrap());
     }
-    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "s2".into(), to_cell: "west-1".into(), planned: false }).await.unwrap();
+    c.move_shard(pb::MoveShardRequest { ns: "pay".into(), shard: "s2".into(), to_cell: "west-1".into(), planned: false, ..Default::default() }).await.unwrap();
     seen.push(tokio::time::timeout(WAIT, w.next()).await.unwrap().unwrap().unwrap());
 
     let revs: Vec<u64> = seen.iter().map(|e| e.revision).collect();
@@ -390,5 +401,40 @@ async fn right_after_a_registry_election_a_deposed_cell_leaders_renewal_bumps_no
     info!("--- the live leader renews on, at epoch 1");
     let r = c.renew_ownership(renew_as(3, vec![1])).await.unwrap().into_inner();
     assert_eq!((r.shards[0].epoch, r.shards[0].adopted), (1, true));
+    reg.shutdown().await;
+}
+
+/// Issue #43: an unplanned move waits out the source's ownership lease (30 minutes by
+/// default) — unless an operator confirms the source is fenced off. Then it completes
+/// at once, and the confirmation and its reason are in the audit log first. It needs a
+/// reason and an unplanned move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unplanned_move_with_its_fencing_confirmed_completes_at_once_and_is_audited() {
+    let _g = serial().await;
+    let reg = TestRegistry::start().await;
+    let mut c = reg.leader_client().await;
+    topology(&mut c).await;
+    let mv = |planned: bool, fence_confirmed: bool, reason: &str| pb::MoveShardRequest {
+        ns: "pay".into(),
+        shard: "default".into(),
+        to_cell: "west-1".into(),
+        planned,
+        fence_confirmed,
+        reason: reason.into(),
+    };
+    info!("--- refused: no reason; a planned move");
+    for bad in [mv(false, true, ""), mv(false, true, "  "), mv(true, true, "east is down")] {
+        assert_eq!(code(&c.move_shard(bad).await.unwrap_err()), "INVALID_ARGUMENT");
+    }
+    assert_eq!(owner(&mut c, "pay", "default").await.epoch, 1, "a refused move changed the owner");
+
+    info!("--- confirmed: the move completes in the call, with no lease waited out");
+    let started = Instant::now();
+    let o = c.move_shard(mv(false, true, "east-1 powered off (ticket 4711)")).await.unwrap().into_inner().owner.unwrap();
+    assert!(started.elapsed() < LEASE, "took {:?}", started.elapsed());
+    assert_eq!((o.cell.as_str(), o.epoch, o.state), ("west-1", 2, pb::ShardState::Active as i32), "{o:?}");
+    let audit = c.list_audit(pb::ListAuditRequest { after_seq: 0, limit: 0 }).await.unwrap().into_inner().records;
+    let confirmed = audit.iter().find(|r| r.action == "fence_confirmed").expect("the confirmation is audited");
+    assert!(confirmed.detail.contains("from east-1 to west-1") && confirmed.detail.contains("ticket 4711"), "{confirmed:?}");
     reg.shutdown().await;
 }
