@@ -54,8 +54,15 @@ scripts/terraform-check.sh
 # Alert rules (promtool check and unit tests) and the dashboard (docs/observability.md).
 scripts/check-observability.sh
 
-cargo test --workspace --locked -- --test-threads=2
+# TEST_NO_FAIL_FAST=1 (scripts/stress.sh) runs every stage and every test binary even
+# after one fails, and exits non-zero at the end if any did. CI stops at the first.
+failed=0
+stage() {
+  if [ -n "${TEST_NO_FAIL_FAST:-}" ]; then "$@" || { echo "test: FAILED: $*"; failed=1; }; else "$@"; fi
+}
+stage cargo test --workspace --locked ${TEST_NO_FAIL_FAST:+--no-fail-fast} -- --test-threads=2
 # The deterministic simulation's fixed seeds (docs/simulation.md; thousands of seeds:
 # scripts/simulate.sh).
-cargo test --locked --manifest-path drills/sim/Cargo.toml -- --test-threads=2
-scripts/check-safety-tests.sh
+stage cargo test --locked --manifest-path drills/sim/Cargo.toml ${TEST_NO_FAIL_FAST:+--no-fail-fast} -- --test-threads=2
+stage scripts/check-safety-tests.sh
+exit $failed

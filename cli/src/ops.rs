@@ -81,6 +81,15 @@ pub enum RegionCmd {
         #[arg(long)]
         region: String,
     },
+    /// A lost region's shards, every one, moved to the surviving regions' cells as
+    /// unplanned moves in waves (load spread by the evacuation planner). They complete
+    /// once each source's ownership lease has run out, or at once with
+    /// --fence-confirmed (you confirmed the region serves no client; audited with
+    /// --reason). Its state is the registry's: run it again from any machine to resume,
+    /// --abort to stop. Runbook: docs/runbooks/region-lost.md.
+    ///
+    /// Example: holdfast region failover south --fence-confirmed --reason "south powered off, INC-4711"
+    Failover(crate::drill::failover::FailoverArgs),
 }
 
 /// `holdfast cell register`: a cell and its members, as the registry records them.
@@ -298,6 +307,7 @@ pub async fn region(cmd: RegionCmd) -> Result<(), String> {
         }
         RegionCmd::Drain { gw, region } => set(gw, region, rpb::RegionState::Draining).await,
         RegionCmd::Activate { gw, region } => set(gw, region, rpb::RegionState::Active).await,
+        RegionCmd::Failover(a) => crate::drill::failover::run(a).await,
     }
 }
 

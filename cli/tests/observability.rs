@@ -174,6 +174,9 @@ const ON_EVENTS: &[&str] = &[
     "holdfast_gateway_rate_limited_total",
     "holdfast_gateway_stale_routes_total",
     "lock_admin_break_total",
+    // An unplanned move completes on a lapsed lease only 30 minutes after its source
+    // went quiet; this test's move is fence-confirmed.
+    "holdfast_ownership_lease_lapses_total",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,7 +238,7 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
         assert_eq!(s.parent, propose.id, "{stage} is a stage of the proposal: {names:?}");
     }
 
-    // ---- events the alerts watch: contention, an expired session, an unplanned move
+    // ---- events the alerts watch: contention, an expired session, an unplanned (fence-confirmed) move
     let other = call(&c, reqwest::Method::POST, &format!("{gw}/v1/sessions"), Some(json!({ "ns": "demo", "ttl_ms": 3_000 }))).await;
     let other = other["session"].as_str().unwrap().to_owned();
     // A waiter, seen by the leader's gauges (refreshed every second), then granted.
@@ -262,7 +265,25 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
         assert_eq!(owner_on_page(&dom, "demo/default"), Some(("east-1".to_owned(), "1".to_owned())), "{dom}");
     }
     let grpc = v["regions"]["east"]["gateway"]["grpc"].as_str().unwrap();
-    let out = holdfast_at(&data).args(["shard", "move", "demo", "default", "--to", "west-1", "--unplanned", "--endpoint", grpc]).output().unwrap();
+    // Unplanned, the fencing confirmed: the playground's ownership lease is the
+    // production 30 minutes, which an unconfirmed move would wait out.
+    let out = holdfast_at(&data)
+        .args([
+            "shard",
+            "move",
+            "demo",
+            "default",
+            "--to",
+            "west-1",
+            "--unplanned",
+            "--fence-confirmed",
+            "--reason",
+            "the observability test",
+            "--endpoint",
+            grpc,
+        ])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "shard move: {}", String::from_utf8_lossy(&out.stderr));
     if let Some(b) = &browser {
         let end = Instant::now() + Duration::from_secs(10);

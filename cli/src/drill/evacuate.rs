@@ -130,7 +130,7 @@ pub async fn run(a: EvacuateArgs) -> Result<(), String> {
     }
 }
 
-fn unix_ms() -> u64 {
+pub(super) fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
@@ -235,7 +235,7 @@ async fn shard_use(cells: &[(rpb::Cell, bool)]) -> BTreeMap<(String, String, Str
 }
 
 /// `NS=REGION` pairs, checked.
-fn fallbacks(pairs: &[String]) -> Result<BTreeMap<NamespaceName, RegionId>, String> {
+pub(super) fn fallbacks(pairs: &[String]) -> Result<BTreeMap<NamespaceName, RegionId>, String> {
     pairs
         .iter()
         .map(|p| {

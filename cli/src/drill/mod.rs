@@ -9,6 +9,7 @@
 //! - [`workload`]: SDK workers taking locks and writing with their tokens;
 //! - [`observe`]: the registry's ownership watch, holder reads, cells' served shards;
 //! - [`evacuate`]: `holdfast drill evacuate` — plan, waves, verify, abort, rollback;
+//! - [`failover`]: `holdfast region failover` — a lost region's shards moved unplanned, in waves;
 //! - [`faults`]: `holdfast drill fault` — kill, cut, pause, restart real processes;
 //! - [`holder`]: a lock holder in its own process, for a real SIGSTOP;
 //! - [`run`]: `holdfast drill run` — a workload, a scenario, the checker, a report.
@@ -16,6 +17,7 @@
 //! See docs/drills.md and docs/runbooks/evacuation.md.
 
 mod evacuate;
+pub mod failover;
 mod faults;
 mod holder;
 mod observe;

@@ -292,18 +292,39 @@ impl RegistryService for RegistryApi {
         }
         let key = cv::shard_key(r.ns, r.shard)?;
         let to = cv::cell_id(r.to_cell)?;
+        // A fence confirmed for an unplanned move already waiting on this target (a
+        // failover begun without it) completes that move rather than beginning one.
+        let mut waiting = false;
         if r.fence_confirmed {
+            let (from, unplanned_to) = self
+                .reg
+                .read(|st| {
+                    st.get_owner(&key).map(|o| {
+                        let waiting_on = match &o.state {
+                            ShardState::Moving(m) if !m.planned => Some(m.to_cell.clone()),
+                            _ => None,
+                        };
+                        (o.cell.to_string(), waiting_on)
+                    })
+                })
+                .await?
+                .map_err(|e| registry_status(&e))?;
+            waiting = unplanned_to.as_ref() == Some(&to);
             // Written ahead: a confirmation the audit log does not record does not happen.
-            let from = self.reg.read(|st| st.get_owner(&key).map(|o| o.cell.to_string())).await?.map_err(|e| registry_status(&e))?;
             let detail = format!("{key} from {from} to {to}: {}", r.reason.trim());
             match self.reg.write(Command::Audit { by: by.clone(), action: "fence_confirmed".into(), detail }).await? {
                 Outcome::Audited { .. } => {}
                 other => return Err(unexpected(other)),
             }
         }
-        let cmd = Command::BeginMove { shard: key.clone(), to_cell: to, planned: r.planned };
-        let mut owner = self.shard_write(&by, cmd).await?;
-        info!(ns = %owner.ns, shard = %owner.shard, from = %owner.cell, to = %owner.to_cell, epoch = owner.epoch, planned = owner.planned, "shard move begun");
+        let mut owner = if waiting {
+            self.reg.read(|st| st.get_owner(&key).map(|o| cv::owner_to(&key, o))).await?.map_err(|e| registry_status(&e))?
+        } else {
+            let cmd = Command::BeginMove { shard: key.clone(), to_cell: to, planned: r.planned };
+            let owner = self.shard_write(&by, cmd).await?;
+            info!(ns = %owner.ns, shard = %owner.shard, from = %owner.cell, to = %owner.to_cell, epoch = owner.epoch, planned = owner.planned, "shard move begun");
+            owner
+        };
         if r.fence_confirmed {
             // The operator vouched that the source serves no one: no lease to wait out.
             let from = owner.cell.clone();

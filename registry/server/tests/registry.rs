@@ -436,5 +436,12 @@ async fn an_unplanned_move_with_its_fencing_confirmed_completes_at_once_and_is_a
     let audit = c.list_audit(pb::ListAuditRequest { after_seq: 0, limit: 0 }).await.unwrap().into_inner().records;
     let confirmed = audit.iter().find(|r| r.action == "fence_confirmed").expect("the confirmation is audited");
     assert!(confirmed.detail.contains("from east-1 to west-1") && confirmed.detail.contains("ticket 4711"), "{confirmed:?}");
+
+    info!("--- an unplanned move already waiting out the lease is completed by a later confirmation");
+    let back = |fence_confirmed: bool, reason: &str| pb::MoveShardRequest { to_cell: "east-1".into(), ..mv(false, fence_confirmed, reason) };
+    let waiting = c.move_shard(back(false, "")).await.unwrap().into_inner().owner.unwrap();
+    assert_eq!((waiting.cell.as_str(), waiting.state), ("west-1", pb::ShardState::Moving as i32), "{waiting:?}");
+    let o = c.move_shard(back(true, "west-1 cut off, confirmed")).await.unwrap().into_inner().owner.unwrap();
+    assert_eq!((o.cell.as_str(), o.epoch, o.state), ("east-1", 3, pb::ShardState::Active as i32), "{o:?}");
     reg.shutdown().await;
 }
