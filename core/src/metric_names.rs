@@ -28,6 +28,7 @@ pub const RAFT_FOLLOWER_APPEND: &str = "holdfast_raft_follower_append_seconds";
 pub const RAFT_DISK_REFUSED: &str = "holdfast_raft_disk_refused_total";
 // ---- ownership
 pub const SHARD_EPOCH: &str = "holdfast_shard_epoch";
+pub const OWNERSHIP_LEASE_REMAINING: &str = "holdfast_ownership_lease_remaining_seconds";
 // ---- registry
 pub const OWNERSHIP_LEASE_LAPSES: &str = "holdfast_ownership_lease_lapses_total";
 pub const MOVES_IN_PROGRESS: &str = "holdfast_registry_moves_in_progress";

@@ -109,6 +109,11 @@ fn describe() {
         "On a leader: from proposing an entry to having its applied result (append, replication to a quorum, commit, apply), committed proposals only."
     );
     describe_gauge!(SHARD_EPOCH, "The ownership epoch at which this cell serves a shard, by namespace and shard.");
+    describe_gauge!(
+        OWNERSHIP_LEASE_REMAINING,
+        Unit::Seconds,
+        "On a cell's leader: how long its ownership lease from the registry has left (less its margin); renewed every second, so it stays near the lease (30 minutes) unless the registry is away. 0 on followers."
+    );
     describe_counter!(SESSIONS_EXPIRED, "Sessions this cell expired because their countdown ran out, by namespace.");
     describe_counter!(GATEWAY_STALE_ROUTES, "Calls a cell refused because the gateway's placement was stale (refreshed and retried once), by namespace.");
     describe_counter!(

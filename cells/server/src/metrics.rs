@@ -54,6 +54,12 @@ pub async fn refresh(cell: Arc<Cell>, cell_name: String, shutdown: CancellationT
     loop {
         cell.group.record_health(&cell_name);
         let leads = cell.assume_leader().is_ok();
+        // How long this leader's ownership lease has left (0 on a follower, and on a
+        // leader that has not renewed): the clock a registry outage runs against.
+        if cell.ownership_margin.is_some() {
+            let left = cell.hooks.door(|t| t.ownership().map(|o| o.remaining(tokio::time::Instant::now()))).ok().flatten().unwrap_or_default();
+            metrics::gauge!(m::OWNERSHIP_LEASE_REMAINING, "cell" => cell_name.clone()).set(left.as_secs_f64());
+        }
 
         let stats = cell.lock_stats();
         let shards = cell.group.state().read(|mach| mach.state().shards().collect::<Vec<_>>());

@@ -132,6 +132,12 @@ impl OwnershipLease {
         Some(Refusal { code: ErrorCode::Moving, message })
     }
 
+    /// How long until the lease (less its margin) ends; zero once it has, or before
+    /// the first renewal.
+    pub fn remaining(&self, now: Instant) -> Duration {
+        self.until.map_or(Duration::ZERO, |u| u.saturating_duration_since(now))
+    }
+
     /// Still inside the lease (any shard)?
     pub fn held(&self, now: Instant) -> bool {
         self.until.is_some_and(|u| now < u)
