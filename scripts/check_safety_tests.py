@@ -13,6 +13,8 @@ the simulation's perf profile and steps it as the thousands of clean seeds run
 (`--tick-ms 5`, docs/simulation.md), so a mutant's seed count is comparable to theirs.
 Not part of CI.
 """
+import contextlib
+import glob
 import os
 import shutil
 import subprocess
@@ -242,71 +244,72 @@ NEEDS_MOVES = ("a closed or expired session's lock goes to a waiter without the 
                "a waiter is woken with a grant committed past the ownership lease")
 
 
-def mutant_copy(repo: str, tmp: str, path: str, old: str, new: str, marker: str | None = None) -> str:
-    """A scratch copy of the repo with one mutation, its touched files made newer than
-    any earlier build."""
-    dst = os.path.join(tmp, "repo")
-    shutil.copytree(repo, dst, ignore=shutil.ignore_patterns(".git", "target"))
-    f = os.path.join(dst, path)
-    src = open(f).read()
-    if src.count(old) != 1:
-        raise SystemExit(f"the guarded text is gone from {path}; update this script")
-    open(f, "w").write(src.replace(old, new))
-    # The copy keeps the files' times, and cargo judges freshness by them: a file the
-    # previous mutant changed would look older than that mutant's build, and its broken
-    # artifact would be reused here. Every file any mutant touches is therefore made
-    # newer than every earlier build. With a `marker` (the simulation's builds, each of
-    # which builds every crate a simulated mutant lives in), only this mutant's file and
-    # the previous build's, which the marker names, need it: touching all of them
-    # rebuilt nearly every crate for every mutant. The tests' builds cannot use one:
-    # their package sets differ, so a crate the previous build skipped may still hold
-    # an older mutant.
-    everything = {m[1] for m in MUTANTS}
-    touched = everything
-    if marker is not None:
-        previous = open(marker).read().strip() if os.path.exists(marker) else None
-        touched = {path, previous} if previous in everything else everything
-        os.makedirs(os.path.dirname(marker), exist_ok=True)
-        with open(marker, "w") as m:
-            m.write(path)
-    for p in touched:
-        os.utime(os.path.join(dst, p))
-    return dst
+class Scratch:
+    """One scratch copy of the repo for a whole run, mutated one mutant at a time.
+
+    Cargo judges freshness by file times. The copy keeps the repo's times, and the
+    mutants' target dir may hold artifacts built from a mutant (a run cut short): every
+    file any mutant touches is therefore made newer than any earlier build once, at the
+    start. After that, a mutant's file is written when it is applied and written back
+    when it is undone, so each write is newer than the build before it: a crate is
+    rebuilt exactly when one of its files changed since its last build, whichever
+    package set that build selected. (A fresh copy per mutant, every mutant file touched
+    each time, rebuilt nearly the whole workspace for every mutant: most of CI's time.)
+    """
+
+    def __init__(self, repo: str, tmp: str):
+        self.dst = os.path.join(tmp, "repo")
+        shutil.copytree(repo, self.dst, ignore=shutil.ignore_patterns(".git", "target"))
+        for p in {m[1] for m in MUTANTS}:
+            os.utime(os.path.join(self.dst, p))
+
+    @contextlib.contextmanager
+    def mutated(self, path: str, old: str, new: str):
+        f = os.path.join(self.dst, path)
+        src = open(f).read()
+        if src.count(old) != 1:
+            raise SystemExit(f"the guarded text is gone from {path}; update this script")
+        open(f, "w").write(src.replace(old, new))
+        try:
+            yield self.dst
+        finally:
+            open(f, "w").write(src)
 
 
-def sim_marker(env: dict) -> str:
-    """Where the mutants' target dir records the file the last simulation build's
-    mutant changed (see mutant_copy)."""
-    return os.path.join(env["CARGO_TARGET_DIR"], "last-simulated-mutant")
-
-
-def mutants_env(repo: str) -> dict:
+def mutants_env(repo: str, profile: str = "debug") -> dict:
     # A target dir of their own: cargo names a workspace member's artifacts by its path
     # inside the workspace, so a mutant built in the shared dir would be taken for fresh
     # by the next ordinary build.
-    target = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target")), "mutants")
-    return dict(os.environ, CARGO_TARGET_DIR=target, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
+    shared = os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target"))
+    env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(shared, "mutants"), PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
+    # RocksDB's C++ is never mutated: link the archive the ordinary build of the same
+    # profile made rather than compiling it a second time (10-15 minutes on 2 cores).
+    archives = glob.glob(os.path.join(shared, profile, "build", "librocksdb-sys-*", "out", "librocksdb.a"))
+    if archives:
+        env.update(ROCKSDB_LIB_DIR=os.path.dirname(max(archives, key=os.path.getmtime)), ROCKSDB_STATIC="1")
+    return env
 
 
 def simulate(repo: str, seeds: int, moves_seeds: int, only: list) -> int:
-    env = mutants_env(repo)
+    env = mutants_env(repo, "perf")
     rows = []
-    for name, path, old, new, _ in MUTANTS:
-        moves = path.startswith(SIMULATED_WITH_MOVES) or name in NEEDS_MOVES
-        if not (path.startswith(SIMULATED) or moves) or name in NOT_SIMULATED or (only and not any(o in name for o in only)) or (moves and moves_seeds == 0):
-            continue
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="holdfast-mutant-") as tmp:
-            dst = mutant_copy(repo, tmp, path, old, new, sim_marker(env))
-            b = subprocess.run(["cargo", "build", "-q", "--locked", "--profile", "perf", "--manifest-path", "drills/sim/Cargo.toml"], cwd=dst, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            if b.returncode != 0:
-                print(b.stdout[-3000:])
-                print(f"mutant '{name}' does not build in the simulation", flush=True)
-                return 2
-            sim = os.path.join(env["CARGO_TARGET_DIR"], "perf", "holdfast-sim")
-            n = moves_seeds if moves else seeds
-            r = subprocess.run([sim, "--seeds", str(n), "--until-found", "--tick-ms", "5", *(["--moves"] if moves else [])], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    with tempfile.TemporaryDirectory(prefix="holdfast-mutants-") as tmp:
+        scratch = Scratch(repo, tmp)
+        for name, path, old, new, _ in MUTANTS:
+            moves = path.startswith(SIMULATED_WITH_MOVES) or name in NEEDS_MOVES
+            if not (path.startswith(SIMULATED) or moves) or name in NOT_SIMULATED or (only and not any(o in name for o in only)) or (moves and moves_seeds == 0):
+                continue
+            started = time.monotonic()
+            with scratch.mutated(path, old, new) as dst:
+                b = subprocess.run(["cargo", "build", "-q", "--locked", "--profile", "perf", "--manifest-path", "drills/sim/Cargo.toml"], cwd=dst, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                if b.returncode != 0:
+                    print(b.stdout[-3000:])
+                    print(f"mutant '{name}' does not build in the simulation", flush=True)
+                    return 2
+                sim = os.path.join(env["CARGO_TARGET_DIR"], "perf", "holdfast-sim")
+                n = moves_seeds if moves else seeds
+                r = subprocess.run([sim, "--seeds", str(n), "--until-found", "--tick-ms", "5", *(["--moves"] if moves else [])], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             found = [l for l in r.stdout.splitlines() if l.startswith("found by")]
             took = f"({'moves, ' if moves else ''}{time.monotonic() - started:.0f} s with the build)"
             # A server's panic (a state machine's invariant) aborts the simulation, which
@@ -341,18 +344,23 @@ def main() -> int:
     if only == ["--texts-only"]:
         print(f"all {len(MUTANTS)} guarded texts found once")
         return 0
+    # Mutants that run the same tests one after another, each file's together: a build
+    # then recompiles only the crate a mutant changed (and its dependents in that set).
+    chosen = sorted((m for m in MUTANTS if not only or any(o in m[0] for o in only)), key=lambda m: (m[4], m[1]))
     survivors = []
-    for name, path, old, new, args in MUTANTS:
-        if only and not any(o in name for o in only):
-            continue
-        with tempfile.TemporaryDirectory(prefix="holdfast-mutant-") as tmp:
-            dst = mutant_copy(repo, tmp, path, old, new)
-            env = mutants_env(repo)
-            r = subprocess.run(["cargo", "test", "-q", *args], cwd=dst, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    began = time.monotonic()
+    env = mutants_env(repo)
+    with tempfile.TemporaryDirectory(prefix="holdfast-mutants-") as tmp:
+        scratch = Scratch(repo, tmp)
+        for name, path, old, new, args in chosen:
+            started = time.monotonic()
+            with scratch.mutated(path, old, new) as dst:
+                r = subprocess.run(["cargo", "test", "-q", *args], cwd=dst, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            took = f"({time.monotonic() - started:.0f} s)"
             if r.returncode == 0:
                 survivors.append(name)
-                print(f"SURVIVED  {name}: the tests did not notice", flush=True)
+                print(f"SURVIVED  {name}: the tests did not notice {took}", flush=True)
             elif "error[E" in r.stdout and "could not compile" in r.stdout:
                 print(r.stdout[-3000:])
                 print(f"mutant '{name}' does not compile; fix the mutant", flush=True)
@@ -360,11 +368,12 @@ def main() -> int:
             else:
                 lines = r.stdout.splitlines()
                 failing = [l for l in lines if "Test failed:" in l] or [l for l in lines if "panicked" in l]
-                print(f"killed    {name}: {failing[0].strip()[:200] if failing else 'tests failed'}", flush=True)
+                print(f"killed    {name}: {failing[0].strip()[:160] if failing else 'tests failed'} {took}", flush=True)
+    spent = f"{len(chosen)} mutants in {time.monotonic() - began:.0f} s"
     if survivors:
-        print(f"{len(survivors)} mutant(s) survived: {survivors}")
+        print(f"{len(survivors)} mutant(s) survived: {survivors} ({spent})")
         return 1
-    print("every mutant was caught")
+    print(f"every mutant was caught ({spent})")
     return 0
 
 

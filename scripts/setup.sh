@@ -4,6 +4,8 @@
 #
 #   libclang-dev   bindgen needs libclang to generate RocksDB's bindings (librocksdb-sys)
 #   clang          the C++ compiler RocksDB's build prefers (gcc also works)
+#   mold           the linker .cargo/config.toml names on Linux: each of ~60 test
+#                  binaries links RocksDB, seconds apiece with the GNU linker
 #   faketime       libfaketime: the tests step a cell process's wall clock by hours
 #                  (cli/tests/processes.rs) to show no expiry reads it
 #   iproute2       `ip` and `bridge`: `holdfast dev --netns` puts regions in network
@@ -23,7 +25,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
 need=()
-for pkg in libclang-dev clang faketime libfaketime iproute2 python3 python3-venv chromium; do
+for pkg in libclang-dev clang mold faketime libfaketime iproute2 python3 python3-venv chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 

@@ -37,7 +37,7 @@ kill -INT $hog 2>/dev/null; wait $hog 2>/dev/null
   echo "commit: $(git rev-parse --short HEAD)"
   echo "stress-ng: $stress"
   echo "suite: exit $status after ${took} s"
-  echo "test binaries: $(grep -c '^test result' "$out/test.log") ran, $(grep -c '^test result: FAILED' "$out/test.log") failed"
+  echo "test binaries: $(grep -cE '^(ok|FAILED) ' "$out/test.log") ran, $(grep -c '^FAILED ' "$out/test.log") failed"
   grep -E '^test .* FAILED$|panicked at' "$out/test.log" | head -40
   echo "mutants: $(grep -c '^killed ' "$out/test.log") caught, $(grep -c '^SURVIVED ' "$out/test.log") survived"
 } | tee "$out/summary.txt"

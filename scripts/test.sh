@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/setup.sh
+echo "test: set up in $SECONDS s"
 # Incremental artifacts grow without bound in a shared target dir (they filled a
 # 90 GB disk twice); CI builds without them, and clears what earlier builds left
 # when the disk runs low: incremental state and old test executables only, never
@@ -48,6 +49,7 @@ ROCKSDB_LIB_DIR=/nonexistent-check-only cargo clippy --locked --workspace --all-
 cargo fmt --manifest-path drills/sim/Cargo.toml --check
 ROCKSDB_LIB_DIR=/nonexistent-check-only cargo clippy --locked --manifest-path drills/sim/Cargo.toml --all-targets -- -D warnings
 
+echo "test: formatted and linted at $((SECONDS / 60)) min"
 # terraform/: formatted, the modules applied offline, the Kubernetes objects checked.
 scripts/terraform-check.sh
 
@@ -58,11 +60,16 @@ scripts/check-observability.sh
 # after one fails, and exits non-zero at the end if any did. CI stops at the first.
 failed=0
 stage() {
+  local began=$SECONDS
   if [ -n "${TEST_NO_FAIL_FAST:-}" ]; then "$@" || { echo "test: FAILED: $*"; failed=1; }; else "$@"; fi
+  echo "test: stage took $((SECONDS - began)) s (at $((SECONDS / 60)) min): $*"
 }
-stage cargo test --workspace --locked ${TEST_NO_FAIL_FAST:+--no-fail-fast} -- --test-threads=2
-# The deterministic simulation's fixed seeds (docs/simulation.md; thousands of seeds:
-# scripts/simulate.sh).
-stage cargo test --locked --manifest-path drills/sim/Cargo.toml ${TEST_NO_FAIL_FAST:+--no-fail-fast} -- --test-threads=2
+# Every test binary of the workspace and the deterministic simulation's fixed seeds
+# (docs/simulation.md; thousands of seeds: scripts/simulate.sh), built first, then run
+# a few binaries at a time (TEST_JOBS, default 3): most of them wait far more than they
+# compute (docs/development.md, "CI time").
+stage scripts/run_tests.py --suite "--workspace" --suite "--manifest-path drills/sim/Cargo.toml" \
+  ${TEST_NO_FAIL_FAST:+--no-fail-fast} -- --test-threads=2
 stage scripts/check-safety-tests.sh
+echo "test: done in $((SECONDS / 60)) min $((SECONDS % 60)) s"
 exit $failed

@@ -4,8 +4,9 @@ use std::process::Command;
 
 #[test]
 fn holdfast_demo_plays_the_seed_timeline_and_passes() {
-    // 60 ports below the ephemeral range, apart from the dev test's.
-    let base = 29_300 + (std::process::id() % 40) * 64;
+    // 60 ports, reserved machine-wide: other test binaries run beside this one.
+    let ports = holdfast_testkit::port_block(64);
+    let base = ports.base;
     let out = Command::new(env!("CARGO_BIN_EXE_holdfast")).args(["demo", "--base-port", &base.to_string()]).output().expect("run holdfast demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "holdfast demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));

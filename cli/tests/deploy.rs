@@ -39,26 +39,6 @@ fn terraform() -> Option<PathBuf> {
     None
 }
 
-/// A base port with the 300 ports a three-region single-host deployment uses free,
-/// below the kernel's ephemeral range when there is room: a port checked free there
-/// can be taken by any outgoing connection (the nodes' own) before its node binds it
-/// (seen once in CI: "Address already in use").
-fn free_base() -> u16 {
-    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse::<u32>().ok()))
-        .unwrap_or(32_768);
-    // Bases from 20,000 up to the last that keeps 300 ports below the ephemeral range;
-    // the whole 20,000-59,999 span if that leaves too little room.
-    let span = if ephemeral_from >= 20_000 + 300 * 10 { (ephemeral_from - 20_000) / 300 * 300 } else { 40_000 };
-    let bases = span / 300;
-    let first = std::process::id() % bases;
-    (0..bases)
-        .map(|i| (20_000 + ((first + i) % bases) * 300) as u16)
-        .find(|base| (0..300).all(|p| std::net::TcpListener::bind(("127.0.0.1", base + p)).is_ok()))
-        .expect("no free range of 300 ports")
-}
-
 fn ok(out: Output, what: &str) -> String {
     assert!(
         out.status.success(),
@@ -131,7 +111,9 @@ fn a_deployment_rendered_by_terraform_runs_and_evacuates_a_region_through_endpoi
     let Some(tf) = terraform() else { return };
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path();
-    let base = free_base();
+    // 300 ports, reserved machine-wide: other test binaries run beside this one.
+    let ports = holdfast_testkit::port_block(300);
+    let base = ports.base;
 
     // --- Terraform renders the deployment: the example's regions and cells, on one host.
     let root = dir.join("tf");

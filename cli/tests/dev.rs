@@ -27,8 +27,9 @@ async fn dev_playground_survives_a_restart_with_its_locks_and_ownership() {
     let root = tempfile::tempdir().unwrap();
     let data: PathBuf = root.path().join("dev");
     std::fs::create_dir(&data).unwrap();
-    // 60 ports per start, below the ephemeral range, different per test process.
-    let base = 10_000 + (std::process::id() % 300) as u16 * 64;
+    // 60 ports, reserved machine-wide: other test binaries run beside this one.
+    let ports = holdfast_testkit::port_block(64);
+    let base = ports.base;
 
     eprintln!("--- first start on {} (ports from {base})", data.display());
     let mut dev = Dev::start(&data, &["--base-port", &base.to_string()]);

@@ -27,7 +27,8 @@ async fn the_python_examples_pass_and_the_served_openapi_document_validates() {
     // moment by an outgoing connection of a test running alongside, and the playground
     // then fails to start (it did once, at 36,000 + …). 31,900-32,767 is used by no
     // other test.
-    let base = 31_900 + (std::process::id() % 13) as u16 * 64;
+    let ports = holdfast_testkit::port_block(64);
+    let base = ports.base;
     let mut dev = Dev::start(&data, &["--base-port", &base.to_string()]);
     let v = dev.endpoints(&data);
     let c = https_client(&data, Duration::from_secs(30));

@@ -73,8 +73,9 @@ async fn netns_playground_cuts_a_region_off_heals_it_and_leaves_nothing_behind()
     let data = root_dir.path().join("dev");
     std::fs::create_dir(&data).unwrap();
     // Ports live inside the namespaces; the base port names the bridge, the namespaces
-    // and the subnet, so keep it apart from the other tests' (10000..31900).
-    let base = 40_000 + (std::process::id() % 300) as u16 * 64;
+    // and the subnet, so it is reserved machine-wide like the other tests' ranges.
+    let ports = holdfast_testkit::port_block(64);
+    let base = ports.base;
     let prefix = format!("hf{base}");
 
     eprintln!("--- a directory made without --netns refuses it");

@@ -185,7 +185,8 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
     let root = tempfile::tempdir().unwrap();
     let data: PathBuf = root.path().join("dev");
     std::fs::create_dir(&data).unwrap();
-    let base = 10_000 + (std::process::id() % 300) as u16 * 64;
+    let ports = holdfast_testkit::port_block(64);
+    let base = ports.base;
     let mut dev = Dev::start(&data, &["--base-port", &base.to_string(), "--otlp-endpoint", &endpoint]);
     let v = dev.endpoints(&data);
     let c = https_client(&data, Duration::from_secs(30));

@@ -86,6 +86,7 @@ struct Playground {
     data: PathBuf,
     endpoints: Value,
     _dev: Dev,
+    _ports: holdfast_testkit::PortBlock,
 }
 
 impl Playground {
@@ -125,16 +126,16 @@ impl Playground {
     }
 }
 
-/// A one-region playground on its own ports (`slot`: one per test of this file).
-fn start(slot: u32) -> Playground {
+/// A one-region playground on its own ports.
+fn start() -> Playground {
     let tmp = tempfile::tempdir().unwrap().keep();
     let data = tmp.join("playground");
     std::fs::create_dir_all(&data).unwrap();
-    // Below the ephemeral range, apart from the other tests' playgrounds.
-    let base = 31_950 + (std::process::id() % 8) * 96 + slot * 32;
-    let mut dev = Dev::start(&data, &["--base-port", &base.to_string(), "--regions", "1"]);
+    // Reserved machine-wide: other test binaries run beside this one.
+    let ports = holdfast_testkit::port_block(32);
+    let mut dev = Dev::start(&data, &["--base-port", &ports.base.to_string(), "--regions", "1"]);
     let endpoints = dev.endpoints(&data);
-    let pg = Playground { data, endpoints, _dev: dev };
+    let pg = Playground { data, endpoints, _dev: dev, _ports: ports };
     let cell = pg.endpoints["regions"]["east"]["cells"][0]["cell"].as_str().unwrap().to_owned();
     for ns in [OWN, OTHER] {
         pg.cli(&["ns", "create", ns, "--owner", "team", "--place-on", &cell]);
@@ -306,7 +307,7 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
 
 #[test]
 fn every_call_by_every_role_in_its_own_and_another_namespace_is_allowed_or_refused_as_documented() {
-    let pg = start(0);
+    let pg = start();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let calls = documented_calls();
@@ -372,7 +373,7 @@ async fn session_as(t: &Transport, grpc: &str) -> u64 {
 
 #[test]
 fn sessions_tokens_ports_and_the_audit_log() {
-    let pg = start(1);
+    let pg = start();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let grpc = pg.gateway_grpc();
@@ -528,7 +529,7 @@ fn a_session_asking_for_thousands_of_holds_and_waits_is_capped_and_the_cell_stay
     const CAP: usize = 1_000;
     // 5,000 in CI; `HOLDFAST_GREEDY_ATTEMPTS=100000` for the full size by hand.
     let refused_n: usize = std::env::var("HOLDFAST_GREEDY_ATTEMPTS").ok().and_then(|v| v.parse().ok()).unwrap_or(5_000);
-    let pg = start(2);
+    let pg = start();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let cell = &pg.endpoints["regions"]["east"]["cells"][0];
