@@ -11,6 +11,7 @@ echo "test: set up in $SECONDS s"
 # when the disk runs low: incremental state and old test executables only, never
 # the dependency artifacts (RocksDB's build stays warm).
 export CARGO_INCREMENTAL=0
+mkdir -p "$CARGO_TARGET_DIR"
 free_gb=$(df -Pk "$CARGO_TARGET_DIR" 2>/dev/null | awk 'NR==2 {print int($4/1048576)}')
 if [ "${free_gb:-100}" -lt 30 ]; then
   echo "test: ${free_gb} GB free; clearing incremental state and old test executables"
