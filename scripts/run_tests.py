@@ -8,10 +8,11 @@ a few at once cuts the suite's wall time without starving anyone (docs/developme
 the arguments after `--` (scripts/test.sh passes `--test-threads=2`).
 
     scripts/run_tests.py [--jobs N] [--no-fail-fast] [--timeout S]
-                         --suite "CARGO ARGS" [--suite ...] [-- TEST ARGS]
+                         --suite="CARGO ARGS" [--suite=...] [-- TEST ARGS]
 
---suite      one `cargo test` selection, e.g. "--workspace" or
-             "--manifest-path drills/sim/Cargo.toml"; its doc tests run as one more job
+--suite      one `cargo test` selection, e.g. --suite=--workspace or
+             --suite="--manifest-path drills/sim/Cargo.toml" (with `=`: the value
+             starts with dashes); its doc tests run as one more job
 --jobs       binaries at once (default $TEST_JOBS, else 3)
 --timeout    seconds one binary may take before it is killed and counted failed (1500)
 --no-fail-fast  run everything even after a failure (default: stop at the first)

@@ -69,7 +69,7 @@ stage() {
 # (docs/simulation.md; thousands of seeds: scripts/simulate.sh), built first, then run
 # a few binaries at a time (TEST_JOBS, default 3): most of them wait far more than they
 # compute (docs/development.md, "CI time").
-stage scripts/run_tests.py --suite "--workspace" --suite "--manifest-path drills/sim/Cargo.toml" \
+stage scripts/run_tests.py --suite=--workspace --suite="--manifest-path drills/sim/Cargo.toml" \
   ${TEST_NO_FAIL_FAST:+--no-fail-fast} -- --test-threads=2
 stage scripts/check-safety-tests.sh
 echo "test: done in $((SECONDS / 60)) min $((SECONDS % 60)) s"
