@@ -169,4 +169,5 @@ registry_front!(
     (revoke_token, rpb::RevokeTokenRequest, rpb::RevokeTokenResponse, |_r| OPERATOR),
     (list_access, rpb::ListAccessRequest, rpb::ListAccessResponse, |_r| OPERATOR),
     (list_audit, rpb::ListAuditRequest, rpb::ListAuditResponse, |_r| OPERATOR),
+    (raft_status, rpb::RaftStatusRequest, rpb::RaftStatusResponse, |_r| OPERATOR),
 );

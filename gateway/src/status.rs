@@ -2,9 +2,12 @@
 //! during an evacuation, at 3 AM — that refreshes itself every few seconds and needs
 //! no build step, no script and no external asset. Read fresh on every load: regions,
 //! cells and their members, shard ownership and moves from the registry; each cell's
-//! leader, term, commit and applied index, sessions and most contended locks from the
-//! cell's leader (`CellAdmin.Status`). What cannot be read is shown as such, never
-//! left out: a cell that does not answer is marked unreachable.
+//! leader, term, commit and applied index, sessions, most contended locks and how long
+//! its ownership lease has left from the cell's leader (`CellAdmin.Status`); the
+//! registry's leader and quorum from each registry voter (`RaftStatus`, answered
+//! without a quorum). What cannot be read is shown as such, never left out: a cell
+//! that does not answer is marked unreachable, and with the registry away the page
+//! says so and shows each cell's lease (docs/runbooks/registry-unreachable.md).
 //!
 //! Like `/metrics`, it is served on the gateway's HTTP port to anyone who can reach
 //! it, and shows names (namespaces, shards, locks), no lock values and no sessions'
@@ -17,6 +20,7 @@ use futures_util::future::join_all;
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
 use holdfast_proto::lock::v1 as lpb;
+use holdfast_proto::raft::v1 as raftpb;
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_client::RegistryServiceClient;
 use holdfast_rpc::{Budget, Channel};
@@ -31,6 +35,10 @@ const REFRESH_S: u32 = 2;
 const READ_BUDGET: Duration = Duration::from_millis(1500);
 /// Shards listed in the ownership map; the rest are counted.
 const MAX_SHARDS_SHOWN: usize = 500;
+/// A registry leader acknowledged by a quorum within this long has its quorum.
+const QUORUM_FRESH_MS: u64 = 3000;
+/// A cell lease with less than this left is shown as a warning.
+const LEASE_WARN: Duration = Duration::from_secs(300);
 
 /// What the page shows, read once per load.
 #[derive(Debug, Default)]
@@ -42,8 +50,44 @@ pub struct Snapshot {
     pub namespaces: Vec<apb::NamespaceConfig>,
     /// By cell name: its leader's status, or why it could not be read.
     pub cell_status: BTreeMap<String, Result<apb::CellStatusResponse, String>>,
+    /// Each registry member (by address): its view of the registry's Raft group, or
+    /// why it could not be read.
+    pub registry: Vec<(String, Result<raftpb::MetricsResponse, String>)>,
     /// Registry reads that failed.
     pub errors: Vec<String>,
+}
+
+/// The registry's health as the page sums it up, from its members' views.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RegistryHealth {
+    /// A leader a quorum acknowledged within [`QUORUM_FRESH_MS`].
+    Quorum { leader: u64, acked_ms: u64 },
+    /// A member says it leads, but no quorum acknowledged it lately.
+    NoQuorum { leader: u64, acked_ms: Option<u64> },
+    /// No member that answered leads (or none answered).
+    NoLeader,
+}
+
+pub fn registry_health(views: &[(String, Result<raftpb::MetricsResponse, String>)]) -> RegistryHealth {
+    let leaders = views.iter().filter_map(|(_, v)| v.as_ref().ok()).filter(|m| m.server_state == "Leader");
+    // Two members claiming to lead (one deposed and not yet told): the newer term speaks.
+    match leaders.max_by_key(|m| m.current_term) {
+        None => RegistryHealth::NoLeader,
+        Some(m) => match m.millis_since_quorum_ack {
+            Some(acked_ms) if acked_ms <= QUORUM_FRESH_MS => RegistryHealth::Quorum { leader: m.node_id, acked_ms },
+            acked_ms => RegistryHealth::NoQuorum { leader: m.node_id, acked_ms },
+        },
+    }
+}
+
+/// "29 min 58 s", "4.2 s".
+fn span(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{:.1} s", d.as_secs_f64()),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
 }
 
 async fn registry_read<T, F, Fut>(gw: &Gateway, what: &str, errors: &mut Vec<String>, f: F) -> Option<T>
@@ -84,7 +128,24 @@ pub async fn snapshot(gw: &Gateway, gateway_region: &str) -> Snapshot {
         };
         (c.cell.clone(), answer)
     });
-    s.cell_status = join_all(reads).await.into_iter().collect();
+    // Each voter directly, not through the leader: the point is to see the registry
+    // while it has no leader or no quorum. Read beside the cells, so an unreachable
+    // voter and an unreachable cell cost one read budget, not two.
+    let registry = gw.placement.registry();
+    let views = registry.members().into_iter().map(|addr| async move {
+        let answer = match registry.transport().channel(&addr) {
+            Err(e) => Err(e.to_string()),
+            Ok(ch) => match tokio::time::timeout(READ_BUDGET, RegistryServiceClient::new(ch).raft_status(rpb::RaftStatusRequest {})).await {
+                Ok(Ok(r)) => r.into_inner().raft.ok_or_else(|| "an empty answer".to_owned()),
+                Ok(Err(st)) => Err(st.message().to_owned()),
+                Err(_) => Err(format!("no answer within {READ_BUDGET:?}")),
+            },
+        };
+        (addr, answer)
+    });
+    let (cells, views) = tokio::join!(join_all(reads), join_all(views));
+    s.cell_status = cells.into_iter().collect();
+    s.registry = views;
     s
 }
 
@@ -137,6 +198,44 @@ pub fn render(s: &Snapshot) -> Markup {
                 }
                 @for e in &s.errors { p.bad { "registry read failed: " (e) } }
 
+                h2 id="registry" { "Registry" }
+                @match registry_health(&s.registry) {
+                    RegistryHealth::Quorum { leader, acked_ms } => {
+                        p.ok id="registry-health" { "leader node " (leader) ", quorum acknowledged it " (acked_ms) " ms ago" }
+                    }
+                    RegistryHealth::NoQuorum { leader, acked_ms } => {
+                        p.bad id="registry-health" {
+                            "no quorum: leader node " (leader) " was last acknowledged by a quorum "
+                            (acked_ms.map_or("never".to_owned(), |ms| format!("{} ago", span(Duration::from_millis(ms)))))
+                            ". Cells serve their shards until their leases run out (lease left, below); registry writes are refused."
+                        }
+                    }
+                    RegistryHealth::NoLeader => {
+                        p.bad id="registry-health" {
+                            "no leader reachable: the registry is away. Cells serve their shards until their leases run out (lease left, below); registry writes are refused."
+                        }
+                    }
+                }
+                table {
+                    tr { th { "member" } th { "node" } th { "state" } th { "term" } th { "follows" } th { "commit" } th { "applied" } }
+                    @for (addr, view) in &s.registry {
+                        tr {
+                            td { (addr) }
+                            @match view {
+                                Ok(m) => {
+                                    td { (m.node_id) }
+                                    td class=(if m.server_state == "Leader" || m.server_state == "Follower" { "ok" } else { "warn" }) { (m.server_state.to_lowercase()) }
+                                    td { (m.current_term) }
+                                    td { (if m.has_leader { format!("node {}", m.leader_id) } else { "no leader".to_owned() }) }
+                                    td { (m.commit_index) }
+                                    td { (m.last_applied_index) }
+                                }
+                                Err(e) => { td.bad colspan="6" { "unreachable: " (e) } }
+                            }
+                        }
+                    }
+                }
+
                 h2 id="regions" { "Regions" }
                 table {
                     tr { th { "region" } th { "state" } th { "cells" } th { "shards homed" } }
@@ -152,7 +251,7 @@ pub fn render(s: &Snapshot) -> Markup {
 
                 h2 id="cells" { "Cells" }
                 table {
-                    tr { th { "cell" } th { "region" } th { "members" } th { "health" } th { "leader" } th { "term" } th { "commit" } th { "applied" } th { "shards" } th { "sessions" } }
+                    tr { th { "cell" } th { "region" } th { "members" } th { "health" } th { "leader" } th { "term" } th { "commit" } th { "applied" } th { "shards" } th { "sessions" } th { "lease left" } }
                     @for c in &s.cells {
                         tr {
                             td { (c.cell) }
@@ -171,6 +270,15 @@ pub fn render(s: &Snapshot) -> Markup {
                             }
                             td { (shards_of(&c.cell)) }
                             td { (s.cell_status.get(&c.cell).and_then(|r| r.as_ref().ok()).map_or(String::from("-"), |st| st.sessions.to_string())) }
+                            @match s.cell_status.get(&c.cell).and_then(|r| r.as_ref().ok()).map(|st| st.ownership_lease_left_ms) {
+                                Some(Some(ms)) => {
+                                    @let left = Duration::from_millis(ms);
+                                    @let class = if left.is_zero() { "lease bad" } else if left < LEASE_WARN { "lease warn" } else { "lease ok" };
+                                    td class=(class) { (if left.is_zero() { "none: not granting".to_owned() } else { span(left) }) }
+                                }
+                                Some(None) => { td.muted { "no registry" } }
+                                None => { td.muted { "-" } }
+                            }
                         }
                     }
                 }
@@ -321,20 +429,68 @@ mod tests {
                 sealed: false,
             }],
             cell_status: [
-                ("east-1".to_owned(), Ok(apb::CellStatusResponse { leader_id: 2, term: 7, commit_index: 41, ..Default::default() })),
+                (
+                    "east-1".to_owned(),
+                    Ok(apb::CellStatusResponse { leader_id: 2, term: 7, commit_index: 41, ownership_lease_left_ms: Some(1_798_000), ..Default::default() }),
+                ),
                 ("west-1".to_owned(), Err("connection refused".to_owned())),
             ]
             .into_iter()
             .collect(),
+            registry: vec![
+                ("reg-east:7200".into(), Ok(voter(1, "Follower", 4, Some(2), None))),
+                ("reg-west:7200".into(), Ok(voter(2, "Leader", 4, Some(2), Some(40)))),
+                ("reg-south:7200".into(), Err("connection refused".into())),
+            ],
             ..Default::default()
         };
         let page = render(&s).into_string();
+        assert!(page.contains("leader node 2, quorum acknowledged it 40 ms ago"), "{page}");
+        assert!(page.contains(r#"<td class="lease ok">29 min 58 s</td>"#), "{page}");
         assert!(page.contains(r#"<meta http-equiv="refresh" content="2">"#), "{page}");
         assert!(page.contains("draining"), "{page}");
         assert!(page.contains(r#"data-shard="pay/s1""#) && page.contains(r#"<td class="epoch">3</td>"#), "{page}");
         assert!(page.contains("moving to west-1") && page.contains("planned (drain, seal)"), "{page}");
         assert!(page.contains("node 2") && page.contains("unreachable: connection refused"), "{page}");
         assert!(!page.contains("<script") && !page.contains("http://") && !page.contains("https://"), "no scripts, no external assets: {page}");
+    }
+
+    fn voter(id: u64, state: &str, term: u64, leader: Option<u64>, acked_ms: Option<u64>) -> raftpb::MetricsResponse {
+        raftpb::MetricsResponse {
+            node_id: id,
+            server_state: state.into(),
+            current_term: term,
+            has_leader: leader.is_some(),
+            leader_id: leader.unwrap_or_default(),
+            millis_since_quorum_ack: acked_ms,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_registry_is_summed_up_from_its_voters_views() {
+        let view = |v: Vec<Result<raftpb::MetricsResponse, String>>| v.into_iter().enumerate().map(|(i, r)| (format!("reg-{i}"), r)).collect::<Vec<_>>();
+        let down = || Err("connection refused".to_owned());
+        assert_eq!(registry_health(&view(vec![down(), down(), down()])), RegistryHealth::NoLeader);
+        assert_eq!(registry_health(&view(vec![Ok(voter(1, "Candidate", 9, None, None)), down()])), RegistryHealth::NoLeader);
+        // A leader cut off from its followers still says it leads: no quorum acked it.
+        assert_eq!(
+            registry_health(&view(vec![Ok(voter(1, "Leader", 4, Some(1), Some(12_000))), down(), down()])),
+            RegistryHealth::NoQuorum { leader: 1, acked_ms: Some(12_000) }
+        );
+        // A deposed leader not told yet, beside the new one: the newer term speaks.
+        assert_eq!(
+            registry_health(&view(vec![Ok(voter(1, "Leader", 4, Some(1), Some(9_000))), Ok(voter(2, "Leader", 5, Some(2), Some(30)))])),
+            RegistryHealth::Quorum { leader: 2, acked_ms: 30 }
+        );
+        let page = render(&Snapshot { registry: view(vec![down(), down()]), ..Default::default() }).into_string();
+        assert!(page.contains("no leader reachable: the registry is away"), "{page}");
+        let lapsed = Snapshot {
+            cells: vec![rpb::Cell { cell: "east-1".into(), region: "east".into(), members: vec![] }],
+            cell_status: [("east-1".to_owned(), Ok(apb::CellStatusResponse { ownership_lease_left_ms: Some(0), ..Default::default() }))].into_iter().collect(),
+            ..Default::default()
+        };
+        assert!(render(&lapsed).into_string().contains(r#"<td class="lease bad">none: not granting</td>"#));
     }
 
     #[tokio::test]

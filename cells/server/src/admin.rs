@@ -124,6 +124,7 @@ impl CellAdmin for CellAdminApi {
             term: rm.current_term,
             commit_index: rm.local_committed.as_ref().map_or(0, |l| l.index),
             applied_index: rm.last_applied.as_ref().map_or(0, |l| l.index),
+            ownership_lease_left_ms: self.cell.ownership_lease_left().map(|d| d.as_millis() as u64),
             ..resp
         };
         Ok(Response::new(resp))

@@ -163,6 +163,14 @@ impl Cell {
         }
     }
 
+    /// How long this leader's ownership lease has left: zero on a follower, before the
+    /// first renewal and once it ran out; `None` on a cell run without a registry. The
+    /// clock a registry outage runs against (the status page, a gauge).
+    pub fn ownership_lease_left(&self) -> Option<Duration> {
+        self.ownership_margin?;
+        Some(self.hooks.door(|t| t.ownership().map(|o| o.remaining(tokio::time::Instant::now()))).ok().flatten().unwrap_or_default())
+    }
+
     /// Asked before proposing anything that can grant or end a hold in `shard`: does
     /// this leader hold the registry's ownership lease for the epoch it serves?
     pub fn may_grant(&self, shard: &ShardKey) -> Result<(), Status> {

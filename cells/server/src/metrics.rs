@@ -56,8 +56,7 @@ pub async fn refresh(cell: Arc<Cell>, cell_name: String, shutdown: CancellationT
         let leads = cell.assume_leader().is_ok();
         // How long this leader's ownership lease has left (0 on a follower, and on a
         // leader that has not renewed): the clock a registry outage runs against.
-        if cell.ownership_margin.is_some() {
-            let left = cell.hooks.door(|t| t.ownership().map(|o| o.remaining(tokio::time::Instant::now()))).ok().flatten().unwrap_or_default();
+        if let Some(left) = cell.ownership_lease_left() {
             metrics::gauge!(m::OWNERSHIP_LEASE_REMAINING, "cell" => cell_name.clone()).set(left.as_secs_f64());
         }
 

@@ -202,6 +202,13 @@ impl RegistryService for RegistryApi {
         }
     }
 
+    async fn raft_status(&self, _req: Request<pb::RaftStatusRequest>) -> Result<Response<pb::RaftStatusResponse>, Status> {
+        // This node's own view: no read through the leader, so it answers while the
+        // registry has no quorum (that is when an SRE needs it).
+        let m = holdfast_raft::current_metrics(self.reg.group.raft());
+        Ok(Response::new(pb::RaftStatusResponse { raft: Some(holdfast_raft::metrics_to_pb(&m)) }))
+    }
+
     async fn list_regions(&self, _req: Request<pb::ListRegionsRequest>) -> Result<Response<pb::ListRegionsResponse>, Status> {
         let regions = self.reg.read(|st| st.regions().map(|(r, s)| cv::region_to(r, s)).collect()).await?;
         Ok(Response::new(pb::ListRegionsResponse { regions }))
