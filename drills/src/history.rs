@@ -80,6 +80,10 @@ pub enum FaultKind {
     /// The registry loses its quorum: a majority of its voters stopped (SIGSTOP) while
     /// every cell and gateway runs on.
     RegistryQuorumLost,
+    /// A whole region cut off from the rest: its cell's nodes from the registry's
+    /// voters and from the gateways of other regions, a gateway in it from the
+    /// registry too (the simulation with moves).
+    RegionCut,
 }
 
 impl fmt::Display for LockKey {

@@ -65,6 +65,15 @@ pub struct Options {
     /// On by default; off (`--no-power-cuts`) replays the histories of the seeds run
     /// before it was.
     pub power_cuts: bool,
+    /// With moves, also pause two of the registry's three voters now and then (its
+    /// quorum lost for 1–6 s, often past the ownership lease), and cut a cell's whole
+    /// region off instead of the cell alone a third of the time. On by default; off
+    /// (`--no-region-faults`) replays the histories of the seeds run before it was.
+    pub region_faults: bool,
+    /// With moves, also a second fault now and then while the first is in force, on a
+    /// node of another group (`workload::Faults`). On by default; off
+    /// (`--no-overlapping-faults`) replays the histories of the seeds run before it was.
+    pub overlapping_faults: bool,
     /// Real time slept after every step (`--real-pause-us`): the machine's clock runs
     /// on while simulated time does not. A seed's history must not change with it;
     /// the replay test runs one process slowed so (docs/simulation.md).
@@ -85,6 +94,8 @@ impl Options {
             tick: DEFAULT_TICK,
             slow_disk: true,
             power_cuts: true,
+            region_faults: true,
+            overlapping_faults: true,
             real_pause: Duration::ZERO,
         }
     }
@@ -410,7 +421,8 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         });
     }
 
-    let disks = workload::Disks { disks, slow: opts.slow_disk, power_cuts: opts.power_cuts };
+    let disks =
+        workload::Disks { disks, slow: opts.slow_disk, power_cuts: opts.power_cuts, region_faults: opts.region_faults, overlapping: opts.overlapping_faults };
     let mut faults = workload::Faults::new(opts.faults, &layout, disks, opts.workload.workers, held, &mut dice);
     let result = loop {
         match sim.step() {

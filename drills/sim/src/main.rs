@@ -1,5 +1,5 @@
 //! `holdfast-sim --seeds N [--from S] | --seed S [--history FILE] [--moves]
-//! [--no-faults] [--plant BUG] [--tick-ms T] [--no-slow-disk] [--no-power-cuts]`: runs seeds of the simulation (docs/simulation.md) and
+//! [--no-faults] [--plant BUG] [--tick-ms T] [--no-slow-disk] [--no-power-cuts] [--no-region-faults]`: runs seeds of the simulation (docs/simulation.md) and
 //! reports each one the checker flags, with the command that replays it. `--moves`:
 //! two cells, the registry and a gateway, the shard moving between the cells. Exit status 1 if any seed
 //! fails. With `--plant`, every node runs that planted bug (debug builds); with
@@ -9,7 +9,10 @@
 //! coarser, and a seed's history depends on it. The faults also slow a node's disk now
 //! and then; `--no-slow-disk` leaves that out (the histories of the seeds run before
 //! it was in the schedule), and cut the power of a whole group now and then (its nodes
-//! lose what they had not synced); `--no-power-cuts` leaves that out. A server's panic takes
+//! lose what they had not synced); `--no-power-cuts` leaves that out. With moves they
+//! also pause two of the registry's three voters now and then (its quorum lost), and
+//! fault a second node of another group while the first fault lasts;
+//! `--no-region-faults` and `--no-overlapping-faults` leave those out. A server's panic takes
 //! the process down; it says which seed did it first.
 
 use holdfast_sim::{run, Options, DEFAULT_TICK};
@@ -37,6 +40,12 @@ fn replay(seed: u64, opts: &Options) -> String {
     }
     if !opts.power_cuts {
         c.push_str(" --no-power-cuts");
+    }
+    if opts.moves && !opts.region_faults {
+        c.push_str(" --no-region-faults");
+    }
+    if opts.moves && !opts.overlapping_faults {
+        c.push_str(" --no-overlapping-faults");
     }
     c
 }
@@ -74,7 +83,7 @@ fn in_harness(file: &str) -> bool {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--no-slow-disk] [--no-power-cuts] [--real-pause-us U]");
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--no-slow-disk] [--no-power-cuts] [--no-region-faults] [--no-overlapping-faults] [--real-pause-us U]");
     std::process::exit(2)
 }
 
@@ -96,6 +105,10 @@ fn main() {
             "--no-slow-disk" => base.slow_disk = false,
             "--power-cuts" => base.power_cuts = true,
             "--no-power-cuts" => base.power_cuts = false,
+            "--region-faults" => base.region_faults = true,
+            "--no-region-faults" => base.region_faults = false,
+            "--overlapping-faults" => base.overlapping_faults = true,
+            "--no-overlapping-faults" => base.overlapping_faults = false,
             "--plant" => {
                 base.plant = Some(it.next().cloned().unwrap_or_else(|| usage()));
                 until_found = true;

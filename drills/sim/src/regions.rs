@@ -21,6 +21,8 @@ use std::time::Duration;
 
 /// The two cells: name, region.
 pub(crate) const CELLS: [(&str, &str); 2] = [("sim-a", "east"), ("sim-b", "west")];
+/// The gateway's (and so the workers') region: the first cell's.
+pub(crate) const GATEWAY_REGION: &str = CELLS[0].1;
 
 /// How often the admin host reads the shard's owner.
 const OWNER_POLL: Duration = Duration::from_millis(50);
@@ -63,7 +65,7 @@ pub(crate) async fn run_registry_node(spec: NodeSpec) -> turmoil::Result {
 /// Starts the gateway on its host.
 pub(crate) async fn run_gateway(host: String, registry: Vec<String>) -> turmoil::Result {
     let cfg = holdfast_gateway::GatewayConfig {
-        region: CELLS[0].1.into(),
+        region: GATEWAY_REGION.into(),
         registry_endpoints: registry.join(","),
         grpc_addr: format!("0.0.0.0:{GATEWAY_PORT}"),
         http_addr: format!("0.0.0.0:{GATEWAY_HTTP_PORT}"),

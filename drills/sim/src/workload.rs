@@ -310,10 +310,16 @@ impl Names {
 /// - with moves, a whole cell cut off from the registry for 3–8 s (longer than its
 ///   ownership lease) while it keeps its quorum, the gateway and the workers; half
 ///   the time the gateway is cut off from the registry too (a stale route), so it
-///   goes on sending the cell Acquires for a shard the registry may have moved away.
+///   goes on sending the cell Acquires for a shard the registry may have moved away;
+/// - with moves and `--region-faults`, two of the registry's three voters paused
+///   (its quorum lost) for 1-6 s; and a third of the cuts from the registry cut the
+///   cell's whole region off (for the gateway's region the same as a stale route; for
+///   the other, its cell is cut off from the gateway too).
 ///
-/// At most one fault at a time, so every group keeps a quorum and the workload
-/// progresses.
+/// One such fault at a time. With moves and `--overlapping-faults`, a second one on a
+/// node of a group the first leaves alone (crashed, a slow disk, or its links to its
+/// own group lost one way, held or slowed), so every group but one hit by a group-wide
+/// fault keeps a quorum and the workload progresses.
 pub(crate) struct Faults {
     on: bool,
     /// The hosts: its Raft nodes are what node faults hit.
@@ -324,6 +330,16 @@ pub(crate) struct Faults {
     slow_disks: bool,
     /// Groups lose power now and then (`--power-cuts`).
     power_cuts: bool,
+    /// The registry loses its quorum now and then (`--region-faults`; with moves).
+    region_faults: bool,
+    /// The registry voters a [`FaultKind::RegistryQuorumLost`] in force has paused.
+    paused_voters: Vec<String>,
+    /// With moves (`--overlapping-faults`): a second fault, on one node of another
+    /// group than the first fault's, while the first is in force; and when the next
+    /// one is due.
+    overlapping: bool,
+    second: Option<(FaultKind, String)>,
+    second_next_ms: u64,
     workers: Vec<String>,
     held: Holding,
     next_ms: u64,
@@ -341,19 +357,32 @@ pub(crate) struct Disks {
     pub disks: HashMap<String, holdfast_raft::MemoryDisk>,
     pub slow: bool,
     pub power_cuts: bool,
+    /// Not a disk's fault, but drawn the same way: the registry's quorum lost.
+    pub region_faults: bool,
+    /// Nor this: a second fault at once, in another group (with moves).
+    pub overlapping: bool,
 }
 
 impl Faults {
     pub(crate) fn new(on: bool, layout: &Layout, disks: Disks, workers: u64, held: Holding, dice: &mut Dice) -> Faults {
+        let next_ms = dice.range(1_000, 4_000);
+        // Drawn only when on: without it every seed draws what it drew before.
+        let overlapping = disks.overlapping && !layout.registry.is_empty();
+        let second_next_ms = if overlapping { dice.range(2_000, 6_000) } else { u64::MAX };
         Faults {
             on,
             layout: layout.clone(),
             disks: disks.disks,
             slow_disks: disks.slow,
             power_cuts: disks.power_cuts,
+            region_faults: disks.region_faults,
+            paused_voters: Vec::new(),
+            overlapping,
+            second: None,
+            second_next_ms,
             workers: (0..workers).map(worker_host).collect(),
             held,
-            next_ms: dice.range(1_000, 4_000),
+            next_ms,
             current: None,
             powered_off: false,
         }
@@ -380,11 +409,23 @@ impl Faults {
     }
 
     /// Cell `name` (and with [`FaultKind::StaleRoute`] the gateway) cut off from, or
-    /// joined again to, the registry's voters.
+    /// joined again to, the registry's voters. With [`FaultKind::RegionCut`], the
+    /// cell's whole region: the gateway too if it is in that region, else the cell is
+    /// cut off from the gateway as well (its clients are in another region).
     fn cut_from_registry(&self, sim: &mut turmoil::Sim<'_>, kind: FaultKind, name: &str, cut: bool) {
-        let gateway = if kind == FaultKind::StaleRoute { self.layout.front() } else { Vec::new() };
+        let in_region = self.layout.cells.iter().any(|c| c.name == name && c.region == crate::regions::GATEWAY_REGION);
+        let gateway = match kind {
+            FaultKind::StaleRoute => self.layout.front(),
+            FaultKind::RegionCut if in_region => self.layout.front(),
+            _ => Vec::new(),
+        };
         for host in self.cell_hosts(name).iter().chain(&gateway) {
             Self::cut(sim, host, &self.layout.registry, cut);
+        }
+        if kind == FaultKind::RegionCut && !in_region {
+            for host in self.cell_hosts(name) {
+                Self::cut(sim, host, &self.layout.front(), cut);
+            }
         }
     }
 
@@ -398,10 +439,81 @@ impl Faults {
         }
     }
 
+    /// The group a fault's target belongs to: a cell's name, the registry's, or the
+    /// target itself (a worker, the gateway).
+    fn group_of(&self, target: &str) -> String {
+        if target == REGISTRY_GROUP || self.layout.registry.iter().any(|h| h == target) {
+            return REGISTRY_GROUP.to_owned();
+        }
+        self.layout.cells.iter().find(|c| c.name == target || c.hosts.iter().any(|h| h == target)).map_or(target.to_owned(), |c| c.name.to_owned())
+    }
+
+    /// The second fault (see [`Faults::overlapping`]): one node of a group the first
+    /// fault leaves alone crashed, given a slow disk, or its links to its own group's
+    /// other nodes lost one way, held or slowed. It touches no link of the first
+    /// fault's hosts, so neither one's heal undoes the other.
+    fn step_second(&mut self, sim: &mut turmoil::Sim<'_>, dice: &mut Dice, log: &Log) {
+        let now = sim.elapsed();
+        let ms = now.as_millis() as u64;
+        if !self.overlapping || ms < self.second_next_ms {
+            return;
+        }
+        match self.second {
+            Some(_) => {
+                self.heal_second(sim, log);
+                self.second_next_ms = ms + dice.range(1_000, 5_000);
+            }
+            None => {
+                let Some((_, first)) = &self.current else {
+                    self.second_next_ms = ms + 500;
+                    return;
+                };
+                let busy = self.group_of(first);
+                let candidates: Vec<String> = self.layout.nodes().into_iter().filter(|n| self.group_of(n) != busy).collect();
+                if candidates.is_empty() {
+                    self.second_next_ms = ms + 500;
+                    return;
+                }
+                let name = candidates[dice.range(0, candidates.len() as u64) as usize].clone();
+                let peers: Vec<String> = self.group_hosts(&self.group_of(&name)).into_iter().filter(|h| *h != name).collect();
+                let kinds = [FaultKind::KillNode, FaultKind::PartitionOneway, FaultKind::HoldNode, FaultKind::SlowNode, FaultKind::SlowDisk];
+                let kind = kinds[dice.range(0, kinds.len() as u64) as usize];
+                match kind {
+                    FaultKind::KillNode => sim.crash(name.as_str()),
+                    FaultKind::PartitionOneway => peers.iter().for_each(|o| sim.partition_oneway(name.as_str(), o.as_str())),
+                    FaultKind::HoldNode => peers.iter().for_each(|o| sim.hold(name.as_str(), o.as_str())),
+                    FaultKind::SlowNode => {
+                        let slow = Duration::from_millis(dice.range(50, 400));
+                        peers.iter().for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), slow));
+                    }
+                    _ => self.disk_latency(&name, Duration::from_millis(dice.range(20, 300))),
+                }
+                fault(log, now, kind, name.clone());
+                self.second = Some((kind, name));
+                self.second_next_ms = ms + dice.range(500, 3_000);
+            }
+        }
+    }
+
+    /// Ends the second fault now.
+    fn heal_second(&mut self, sim: &mut turmoil::Sim<'_>, log: &Log) {
+        let Some((kind, name)) = self.second.take() else { return };
+        let peers: Vec<String> = self.group_hosts(&self.group_of(&name)).into_iter().filter(|h| *h != name).collect();
+        match kind {
+            FaultKind::KillNode => sim.bounce(name.as_str()),
+            FaultKind::PartitionOneway => peers.iter().for_each(|o| sim.repair_oneway(name.as_str(), o.as_str())),
+            FaultKind::HoldNode => peers.iter().for_each(|o| sim.release(name.as_str(), o.as_str())),
+            FaultKind::SlowNode => peers.iter().for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), MAX_LATENCY)),
+            _ => self.disk_latency(&name, Duration::ZERO),
+        }
+        fault(log, sim.elapsed(), FaultKind::Heal, name);
+    }
+
     pub(crate) fn step(&mut self, sim: &mut turmoil::Sim<'_>, dice: &mut Dice, log: &Log) {
         if !self.on {
             return;
         }
+        self.step_second(sim, dice, log);
         let now = sim.elapsed();
         let ms = now.as_millis() as u64;
         if ms < self.next_ms {
@@ -420,7 +532,7 @@ impl Faults {
                     FaultKind::HoldNode => others.for_each(|o| sim.release(name.as_str(), o.as_str())),
                     FaultKind::SlowNode => others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), MAX_LATENCY)),
                     FaultKind::SlowDisk => self.disk_latency(&name, Duration::ZERO),
-                    FaultKind::CutFromRegistry | FaultKind::StaleRoute => self.cut_from_registry(sim, kind, &name, false),
+                    FaultKind::CutFromRegistry | FaultKind::StaleRoute | FaultKind::RegionCut => self.cut_from_registry(sim, kind, &name, false),
                     FaultKind::PowerCut if !self.powered_off => {
                         // The power goes: every node of the group at once, with writes in
                         // flight on its slow disks. It stays off a while.
@@ -442,6 +554,11 @@ impl Faults {
                         }
                         self.powered_off = false;
                     }
+                    FaultKind::RegistryQuorumLost => {
+                        for voter in std::mem::take(&mut self.paused_voters) {
+                            everyone.iter().filter(|o| **o != voter).for_each(|o| sim.release(voter.as_str(), o.as_str()));
+                        }
+                    }
                     _ => Self::cut(sim, &name, &everyone, false),
                 }
                 fault(log, now, FaultKind::Heal, name);
@@ -453,7 +570,9 @@ impl Faults {
                 // disk, when asked for, comes last: without it every seed draws the
                 // faults it drew before there was one.
                 let (slow_disk, power_cuts) = (self.slow_disks, self.power_cuts);
-                let kinds = 9 + u64::from(!registry.is_empty()) + u64::from(slow_disk) + u64::from(power_cuts);
+                let outages = self.region_faults && !registry.is_empty();
+                let kinds = 9 + u64::from(!registry.is_empty()) + u64::from(slow_disk) + u64::from(power_cuts) + u64::from(outages);
+                let power_cut_at = kinds - 1 - u64::from(outages);
                 // The optional kinds come last, in the order they were added: without
                 // them every seed draws the faults it drew before they existed.
                 let slow_disk_at = 9 + u64::from(!registry.is_empty());
@@ -464,7 +583,16 @@ impl Faults {
                     4 => (FaultKind::HoldNode, node, dice.range(500, 3_000)),
                     5 => (FaultKind::SlowNode, node, dice.range(1_000, 5_000)),
                     k if slow_disk && k == slow_disk_at => (FaultKind::SlowDisk, node, dice.range(1_000, 5_000)),
-                    k if power_cuts && k == kinds - 1 => {
+                    k if outages && k == kinds - 1 => {
+                        // Two of the three voters paused (what SIGSTOP does to them; their
+                        // messages are held and delivered at the heal), often for longer
+                        // than the 3 s ownership lease: every cell then stops granting,
+                        // and after it cells renew and serve again.
+                        let keep = dice.range(0, registry.len() as u64) as usize;
+                        self.paused_voters = registry.iter().enumerate().filter(|(i, _)| *i != keep).map(|(_, v)| v.clone()).collect();
+                        (FaultKind::RegistryQuorumLost, REGISTRY_GROUP.to_owned(), dice.range(1_000, 6_000))
+                    }
+                    k if power_cuts && k == power_cut_at => {
                         let mut groups: Vec<String> = self.layout.cells.iter().map(|c| c.name.to_owned()).collect();
                         if !registry.is_empty() {
                             groups.push(REGISTRY_GROUP.to_owned());
@@ -474,7 +602,12 @@ impl Faults {
                     }
                     9 => {
                         let cell = self.layout.cells[dice.range(0, self.layout.cells.len() as u64) as usize].name.to_owned();
-                        let kind = if dice.range(0, 2) == 0 { FaultKind::CutFromRegistry } else { FaultKind::StaleRoute };
+                        // With `--region-faults`, a third of them cut the cell's whole region.
+                        let kind = match dice.range(0, if outages { 3 } else { 2 }) {
+                            0 => FaultKind::CutFromRegistry,
+                            1 => FaultKind::StaleRoute,
+                            _ => FaultKind::RegionCut,
+                        };
                         (kind, cell, dice.range(3_000, 8_000))
                     }
                     _ => {
@@ -485,6 +618,11 @@ impl Faults {
                         (FaultKind::PauseHolder, worker_host(w), dice.range(2_500, 5_000))
                     }
                 };
+                // A first fault in the group the second one is in ends the second one
+                // first: two faults never change the same links.
+                if self.second.as_ref().is_some_and(|(_, n)| self.group_of(n) == self.group_of(&name)) {
+                    self.heal_second(sim, log);
+                }
                 let others = everyone.iter().filter(|o| **o != name);
                 match kind {
                     FaultKind::KillNode => sim.crash(name.as_str()),
@@ -496,7 +634,12 @@ impl Faults {
                         others.for_each(|o| sim.set_link_max_message_latency(name.as_str(), o.as_str(), slow));
                     }
                     FaultKind::SlowDisk => self.disk_latency(&name, Duration::from_millis(dice.range(20, 300))),
-                    FaultKind::CutFromRegistry | FaultKind::StaleRoute => self.cut_from_registry(sim, kind, &name, true),
+                    FaultKind::CutFromRegistry | FaultKind::StaleRoute | FaultKind::RegionCut => self.cut_from_registry(sim, kind, &name, true),
+                    FaultKind::RegistryQuorumLost => {
+                        for voter in &self.paused_voters {
+                            everyone.iter().filter(|o| *o != voter).for_each(|o| sim.hold(voter.as_str(), o.as_str()));
+                        }
+                    }
                     FaultKind::PowerCut => {
                         // Writes in flight first: the disks of the group slow down.
                         for host in self.group_hosts(&name) {

@@ -76,16 +76,20 @@ fn waiters_leave(history: &History, logs: &QueueLogs<'_>, at: &dyn Fn(usize) -> 
     }) else {
         return;
     };
-    // A leader's timers restart at each rebuild. A cell cut off from the registry
-    // holds them by design while its ownership lease is out (a timeout may grant the
-    // next waiter), so the heal of such a cut counts as a restart too.
+    // A leader's timers restart at each rebuild. A cell cut off from the registry (or
+    // with the registry's quorum lost) holds them by design while its ownership lease
+    // is out (a timeout may grant the next waiter), so the heal of such a cut counts as
+    // a restart too.
     let mut restarts = Vec::new();
     let mut faults: HashMap<&str, FaultKind> = HashMap::new();
     for e in &history.events {
         match &e.kind {
             EventKind::CellTimersRestarted => restarts.push(e.t_ms),
             EventKind::FaultInjected { kind: FaultKind::Heal, target } => {
-                if matches!(faults.remove(target.as_str()), Some(FaultKind::CutFromRegistry | FaultKind::StaleRoute)) {
+                if matches!(
+                    faults.remove(target.as_str()),
+                    Some(FaultKind::CutFromRegistry | FaultKind::StaleRoute | FaultKind::RegistryQuorumLost | FaultKind::RegionCut)
+                ) {
                     restarts.push(e.t_ms);
                 }
             }
