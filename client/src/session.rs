@@ -288,7 +288,11 @@ impl Session {
         // the first one expires unused after its TTL.
         let (resp, sent) = client.unary("create_session", req, |mut svc, req| async move { svc.create_session(req).await }).await?;
         let remaining = Duration::from_millis(resp.ttl_remaining_ms);
-        let ttl = opts.ttl.min(remaining.max(Duration::from_millis(3)));
+        // The TTL granted; a cell that does not send it answered the TTL as the time
+        // remaining. (The time remaining may be less than the TTL: the cell's lease of
+        // the shard ends sooner. The margin, TTL/3, is the TTL's.)
+        let granted = if resp.ttl_ms > 0 { Duration::from_millis(resp.ttl_ms) } else { remaining };
+        let ttl = opts.ttl.min(granted.max(Duration::from_millis(3)));
         let now = Instant::now();
         let shared = Arc::new(Shared {
             client,

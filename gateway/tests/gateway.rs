@@ -432,6 +432,89 @@ async fn an_sdk_session_recreates_itself_after_its_shard_moves() {
     w.shutdown().await;
 }
 
+/// Issue #43: a cell cut off from the registry serves on its lease; an unplanned move
+/// (unconfirmed) hands the shard to another cell once that lease ran out. The holder's
+/// SDK, renewing through the gateway all along, must report the loss before the new
+/// owner grants the lock: its renewals are confirmed only under the lease. The gateway
+/// is cut off from the registry too (a stale route), so it cannot tell the holder
+/// MOVED: the renewals' answers are all the holder has. (Renewals confirmed for the
+/// whole TTL, as before the fix, left the old holder believing for seconds after the
+/// new owner's grant.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_holder_hears_its_loss_before_the_new_owner_grants() {
+    let _g = serial().await;
+    // A 4 s ownership lease, so the move completes in seconds; sessions of 12 s, so a
+    // renewal confirmed for its whole TTL would outlast the lease by far.
+    let w = World::start_with_lease(true, 4_000).await;
+    w.namespace("pay", pb::Posture::FailClosed, 0).await;
+    let client = holdfast_client::Client::connect(&[w.gateway.grpc_addr().to_string()]).await.unwrap();
+    let opts = holdfast_client::SessionOptions::new("pay", "default", Duration::from_secs(12));
+    let holder = retry_sdk("the holder's session", || client.create_session(opts.clone())).await;
+    let lock = holder.acquire("x", holdfast_client::AcquireOptions::new()).await.unwrap();
+    let t1 = lock.token();
+
+    // The next owner's clients reach cell b directly.
+    let at_b: Vec<String> = w.cells["b"].iter().map(|n| n.client_addr().to_string()).collect();
+    let taker_client = holdfast_client::Client::connect(&at_b).await.unwrap();
+
+    info!("--- cell a and the gateway are cut off from the registry; the shard is moved to b, unconfirmed");
+    w.cut_cell_from_registry("a", true);
+    w.cut_gateway_from_registry(true);
+    let cut_at = Instant::now();
+    let mut reg = w.registry_client().await;
+    reg.move_shard(rpb::MoveShardRequest { ns: "pay".into(), shard: "default".into(), to_cell: "b".into(), planned: false, ..Default::default() })
+        .await
+        .unwrap();
+
+    info!("--- the holder's loss and the new owner's grant, each timed as it happens");
+    let lost = async {
+        let reason = lock.lost().await;
+        (Instant::now(), reason)
+    };
+    let taker = async {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            // A fresh session each try until b serves the shard. The grant is timed by
+            // when its acquire was sent: it happened no earlier.
+            if let Ok(s) = taker_client.create_session(opts.clone()).await {
+                let sent = Instant::now();
+                if let Ok(l) = s.acquire("x", holdfast_client::AcquireOptions::new()).await {
+                    return (sent, l.token(), s);
+                }
+            }
+            assert!(Instant::now() < deadline, "the new owner never granted x");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let ((lost_at, reason), (granted_at, t2, _taker)) = tokio::join!(lost, taker);
+    info!(?reason, lost_after = ?lost_at - cut_at, granted_after = ?granted_at - cut_at, "loss and grant");
+    assert!(t2 > t1 && t2.epoch().0 > t1.epoch().0, "the new owner grants at the next epoch: {t1:?} then {t2:?}");
+    assert!(
+        lost_at < granted_at,
+        "the holder's SDK reported its loss ({reason:?}) {:?} after the cut, but the new owner granted {:?} after it",
+        lost_at - cut_at,
+        granted_at - cut_at
+    );
+    w.cut_cell_from_registry("a", false);
+    w.cut_gateway_from_registry(false);
+    w.shutdown().await;
+}
+
+async fn retry_sdk<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, holdfast_client::Error>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) => assert!(e.is_retryable() && Instant::now() < deadline, "{what}: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The SDK's ownership cache (issue #18) over a gateway: it lists, then follows the
 /// watch; a planned move shows within moments with its new epoch, on the changes
 /// stream too; and a move made while its watch is broken shows once it has listed

@@ -209,8 +209,17 @@ impl LockService for LockApi {
             match self.cell.propose(leader, cmd).await? {
                 Ok(Outcome::SessionCreated { session, ttl_ms }) => {
                     info!(session = %session, shard = %shard, ttl_ms, "session created");
-                    let epoch = self.cell.group.state().read(|m| m.state().served_epoch(&shard)).map_or(0, |e| e.0);
-                    return Ok(Response::new(pb::CreateSessionResponse { session_id: session.0, ttl_remaining_ms: ttl_ms, epoch }));
+                    let served = self.cell.group.state().read(|m| m.state().served_epoch(&shard));
+                    let home = served.map(|e| (shard.clone(), e));
+                    // Confirmed like a renewal: never past the ownership lease.
+                    let ttl = Duration::from_millis(ttl_ms);
+                    let confirmed = self.cell.hooks.door(|t| t.confirmable(Instant::now(), home.as_ref(), ttl, ttl))?.ok_or_else(|| lease_ended(session))?;
+                    return Ok(Response::new(pb::CreateSessionResponse {
+                        session_id: session.0,
+                        ttl_remaining_ms: confirmed.as_millis() as u64,
+                        epoch: served.map_or(0, |e| e.0),
+                        ttl_ms,
+                    }));
                 }
                 Err(CellError::SessionIdInUse(_)) => continue,
                 Err(e) => return Err(cell_status(&e)),

@@ -129,18 +129,36 @@ impl LeaderTerm {
     /// renewals went on being confirmed with the registry away, while an unplanned move
     /// let the next owner grant). Admin mode: the clock alone decides.
     pub fn renew(&mut self, now: Instant, session: SessionId, home: Option<&(ShardKey, Epoch)>) -> Renewal {
-        let left = match (&self.ownership, home) {
-            (Some(lease), Some((shard, epoch))) => Some(lease.left(now, shard, *epoch)),
-            _ => None,
-        };
+        let left = self.lease_left(now, home);
         if left.is_some_and(|l| l.is_zero()) {
             return Renewal::LeaseEnded;
         }
         match self.clock.renew(now, session) {
-            Renewal::Confirmed { ttl_remaining } => {
-                Renewal::Confirmed { ttl_remaining: left.map_or(ttl_remaining, |l| ttl_remaining.min(l + ttl_remaining / 3)) }
-            }
+            Renewal::Confirmed { ttl_remaining } => Renewal::Confirmed { ttl_remaining: under_lease(left, ttl_remaining, ttl_remaining) },
             other => other,
+        }
+    }
+
+    /// How long a session homed in `home`, with `ttl`, may be told it has of
+    /// `remaining`: all of it, or at most the ownership lease's time left plus
+    /// `ttl`/3, so the client's rule (lost at `sent + answer - ttl/3`) ends before the
+    /// lease; `None` once the lease no longer covers the home. For a renewal `ttl` is
+    /// what the clock has left (its answer was always read so); for a new session,
+    /// answered after its creation committed, the TTL granted (issue #43: a session
+    /// created just before the lease ran out was confirmed its whole TTL).
+    pub fn confirmable(&self, now: Instant, home: Option<&(ShardKey, Epoch)>, ttl: Duration, remaining: Duration) -> Option<Duration> {
+        let left = self.lease_left(now, home);
+        if left.is_some_and(|l| l.is_zero()) {
+            return None;
+        }
+        Some(under_lease(left, ttl, remaining))
+    }
+
+    /// The ownership lease's time left for `home`; `None` in admin mode or without one.
+    fn lease_left(&self, now: Instant, home: Option<&(ShardKey, Epoch)>) -> Option<Duration> {
+        match (&self.ownership, home) {
+            (Some(lease), Some((shard, epoch))) => Some(lease.left(now, shard, *epoch)),
+            _ => None,
         }
     }
 
@@ -235,6 +253,12 @@ impl Drop for LeaderTerm {
             }
         }
     }
+}
+
+/// `remaining`, cut to the ownership lease's time `left` plus `ttl`/3 (see
+/// [`LeaderTerm::confirmable`]); all of it without a lease (admin mode).
+fn under_lease(left: Option<Duration>, ttl: Duration, remaining: Duration) -> Duration {
+    left.map_or(remaining, |l| remaining.min(l + ttl / 3))
 }
 
 #[cfg(test)]

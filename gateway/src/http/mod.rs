@@ -333,7 +333,12 @@ fn default_shard() -> String {
 #[derive(Debug, Serialize, ToSchema)]
 struct SessionAnswer {
     session: String,
+    /// How long the session is confirmed for, counted from when the request was sent:
+    /// the TTL, or less when the cell's ownership lease of the shard ends sooner.
     ttl_remaining_ms: u64,
+    /// On creation: the TTL granted (the one asked for, within the namespace's bounds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -345,7 +350,7 @@ async fn create_session(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, head
     let ctx = context(peer, &headers);
     let k = key(b.ns, b.shard)?;
     let r = gw.create_session(&ctx, pb::CreateSessionRequest { shard: shard_ref(&k), ttl_ms: b.ttl_ms, client_label: b.label }).await?;
-    Ok(Json(SessionAnswer { session: session_handle(&k, r.session_id), ttl_remaining_ms: r.ttl_remaining_ms }))
+    Ok(Json(SessionAnswer { session: session_handle(&k, r.session_id), ttl_remaining_ms: r.ttl_remaining_ms, ttl_ms: Some(r.ttl_ms) }))
 }
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/keepalive", tag = "sessions", params(SessionPath),
@@ -354,7 +359,7 @@ async fn keep_alive(State(gw): State<Gateway>, peer: ConnectInfo<Peer>, headers:
     let ctx = context(peer, &headers);
     let (k, sid) = parse_session(&id)?;
     let r = gw.keep_alive_once(&ctx, &k, sid).await?;
-    Ok(Json(SessionAnswer { session: id, ttl_remaining_ms: r.ttl_remaining_ms }))
+    Ok(Json(SessionAnswer { session: id, ttl_remaining_ms: r.ttl_remaining_ms, ttl_ms: None }))
 }
 
 #[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(SessionPath),

@@ -1,6 +1,6 @@
 //! A small world for gateway tests: a 3-node registry, cells of 3 nodes that follow it,
 //! and a gateway, all in-process over loopback gRPC with RocksDB in temp dirs. The
-//! gateway reaches the registry through a proxy the test can cut.
+//! gateway, and each cell, reach the registry through proxies the test can cut.
 
 #![allow(dead_code)]
 
@@ -29,6 +29,8 @@ pub struct World {
     pub cells: BTreeMap<String, Vec<CellServer>>,
     pub gateway: GatewayServer,
     pub gateway_link: Vec<Proxy>,
+    /// By cell: its nodes' path to the registry voters (one proxy per voter).
+    pub cell_links: BTreeMap<String, Vec<Proxy>>,
     root: tempfile::TempDir,
 }
 
@@ -36,16 +38,27 @@ impl World {
     /// Registry; cells `a` (region east) and, if `two_cells`, `b` (west); a gateway;
     /// region and cell records in the registry. No namespaces yet.
     pub async fn start(two_cells: bool) -> World {
-        let root = tempfile::tempdir().unwrap();
         // Sessions here renew with TTLs of 10 s: a renewal is never confirmed past the
         // ownership lease (docs/sessions.md), so the lease is a minute, not the 3 s the
         // cell's ownership tests use to watch it run out.
-        let registry = holdfast_registry::testing::start_registry_with_lease(root.path(), 60_000).await;
-        let direct: Vec<String> = registry.iter().map(|n| n.client_addr().to_string()).collect();
+        World::start_with_lease(two_cells, 60_000).await
+    }
+
+    /// [`World::start`] with the registry granting ownership leases of `lease_ms`.
+    pub async fn start_with_lease(two_cells: bool, lease_ms: u64) -> World {
+        let root = tempfile::tempdir().unwrap();
+        let registry = holdfast_registry::testing::start_registry_with_lease(root.path(), lease_ms).await;
 
         let mut cells = BTreeMap::new();
+        let mut cell_links = BTreeMap::new();
         let names: &[(&str, &str)] = if two_cells { &[("a", "east"), ("b", "west")] } else { &[("a", "east")] };
         for (name, region) in names {
+            let mut links = Vec::new();
+            for n in &registry {
+                links.push(Proxy::start(n.client_addr()).await);
+            }
+            let via: Vec<String> = links.iter().map(|p| p.addr.to_string()).collect();
+            cell_links.insert((*name).to_owned(), links);
             let mut nodes = Vec::new();
             for id in 1..=3u64 {
                 let cfg = CellConfig {
@@ -57,7 +70,7 @@ impl World {
                     client_addr: "127.0.0.1:0".into(),
                     advertise_client_addr: None,
                     metrics_addr: None,
-                    registry_endpoints: direct.join(","),
+                    registry_endpoints: via.join(","),
                     ownership_margin_ms: 500,
                     heartbeat_ms: 100,
                     election_min_ms: 1_000,
@@ -93,7 +106,7 @@ impl World {
         };
         let gateway =
             GatewayServer::start(&gcfg, TcpListener::bind("127.0.0.1:0").await.unwrap(), TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
-        let w = World { registry, cells, gateway, gateway_link, root };
+        let w = World { registry, cells, gateway, gateway_link, cell_links, root };
 
         let mut r = w.registry_client().await;
         for (name, region) in names {
@@ -147,6 +160,14 @@ impl World {
 
     pub fn cut_gateway_from_registry(&self, on: bool) {
         for p in &self.gateway_link {
+            p.cut(on);
+        }
+    }
+
+    /// Cuts (or heals) every path from a cell's nodes to the registry: the cell goes on
+    /// serving on its ownership lease, and cannot renew it.
+    pub fn cut_cell_from_registry(&self, cell: &str, on: bool) {
+        for p in &self.cell_links[cell] {
             p.cut(on);
         }
     }
