@@ -7,13 +7,16 @@ a few at once cuts the suite's wall time without starving anyone (docs/developme
 "CI time"). Each binary runs as cargo would run it: from its package's directory, with
 the arguments after `--` (scripts/test.sh passes `--test-threads=2`).
 
-    scripts/run_tests.py [--jobs N] [--no-fail-fast] [--timeout S]
+    scripts/run_tests.py [--jobs N] [--heavy KEY ...] [--no-fail-fast] [--timeout S]
                          --suite="CARGO ARGS" [--suite=...] [-- TEST ARGS]
 
 --suite      one `cargo test` selection, e.g. --suite=--workspace or
              --suite="--manifest-path drills/sim/Cargo.toml" (with `=`: the value
              starts with dashes); its doc tests run as one more job
---jobs       binaries at once (default $TEST_JOBS, else 3)
+--jobs       binaries at once (default $TEST_JOBS, else 2)
+--heavy      a binary (by its key, e.g. "cli test:drill") that runs no other heavy
+             one beside it: those that start many processes or burn CPU, whose
+             short TTLs starve when they share 2 cores (a drill's 2 s session lost)
 --timeout    seconds one binary may take before it is killed and counted failed (1500)
 --no-fail-fast  run everything even after a failure (default: stop at the first)
 
@@ -83,7 +86,8 @@ class Job:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--suite", action="append", required=True)
-    ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "3")))
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
+    ap.add_argument("--heavy", action="append", default=[])
     ap.add_argument("--timeout", type=float, default=1500)
     ap.add_argument("--no-fail-fast", action="store_true")
     argv = sys.argv[1:]
@@ -113,8 +117,12 @@ def main() -> int:
     ran_from = time.monotonic()
     last_note = ran_from
     while pending or running:
-        while pending and len(running) < a.jobs and (not failed or a.no_fail_fast):
-            job = pending.pop(0)
+        while len(running) < a.jobs and (not failed or a.no_fail_fast):
+            heavy_running = any(j.key in a.heavy for j in running)
+            job = next((j for j in pending if not (heavy_running and j.key in a.heavy)), None)
+            if job is None:
+                break
+            pending.remove(job)
             job.start()
             running.append(job)
         if not running:

@@ -67,9 +67,12 @@ stage() {
 }
 # Every test binary of the workspace and the deterministic simulation's fixed seeds
 # (docs/simulation.md; thousands of seeds: scripts/simulate.sh), built first, then run
-# a few binaries at a time (TEST_JOBS, default 3): most of them wait far more than they
-# compute (docs/development.md, "CI time").
+# two binaries at a time (TEST_JOBS): most of them wait far more than they compute; the
+# heavy ones (many processes, or all CPU) never beside each other (docs/development.md,
+# "CI time").
 stage scripts/run_tests.py --suite=--workspace --suite="--manifest-path drills/sim/Cargo.toml" \
+  --heavy "cli test:drill" --heavy "cli test:observability" --heavy "drills/sim test:sim" \
+  --heavy "cli test:processes" --heavy "gateway test:gateway" \
   ${TEST_NO_FAIL_FAST:+--no-fail-fast} -- --test-threads=2
 stage scripts/check-safety-tests.sh
 echo "test: done in $((SECONDS / 60)) min $((SECONDS % 60)) s"

@@ -75,13 +75,27 @@ impl Holder {
             .env("RUST_LOG", "error")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start a holder process: {e}"))?;
         let pid = child.id().ok_or("the holder exited at once")?;
         let stdin = child.stdin.take().ok_or("holder stdin")?;
         let mut stdout = BufReader::new(child.stdout.take().ok_or("holder stdout")?);
+        // Its last words, kept to say why it got no grant (it reads stderr to the end,
+        // so the process never blocks on a full pipe).
+        let said = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::<String>::new()));
+        let mut stderr = BufReader::new(child.stderr.take().ok_or("holder stderr")?).lines();
+        let keep = said.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(l)) = stderr.next_line().await {
+                let mut k = keep.lock().unwrap_or_else(|e| e.into_inner());
+                k.push_back(l);
+                if k.len() > 5 {
+                    k.pop_front();
+                }
+            }
+        });
         // The session is not known before the grant: the invocation names the cell.
         let pending = SessionRef { cell: cell(&owners.cell_now(ns, shard)), id: SessionId(0) };
         let op = rec.op();
@@ -91,10 +105,19 @@ impl Holder {
         let parsed = line.split_whitespace().collect::<Vec<_>>();
         let (token, id) = match (read, parsed.as_slice()) {
             (Ok(Ok(_)), ["TOKEN", t, "SESSION", s]) => (t.parse::<u64>().map_err(|e| e.to_string())?, s.parse::<u64>().map_err(|e| e.to_string())?),
-            _ => {
+            (read, _) => {
                 rec.record(EventKind::GrantUnknown { op });
+                let how = match read {
+                    Err(_) => format!("no grant within {wait:?}"),
+                    Ok(Ok(0)) => {
+                        let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+                        format!("it exited ({}) without a grant", status.ok().and_then(Result::ok).map_or("status unknown".into(), |s| s.to_string()))
+                    }
+                    Ok(_) => "it answered something else".to_owned(),
+                };
                 let _ = child.start_kill();
-                return Err(format!("the holder process got no grant within {wait:?} (it said {line:?})"));
+                let last = said.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect::<Vec<_>>().join(" | ");
+                return Err(format!("the holder process: {how} (it said {line:?}; its stderr: {last:?})"));
             }
         };
         let token = FencingToken(token);
