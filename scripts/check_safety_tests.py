@@ -15,6 +15,7 @@ Not part of CI.
 """
 import contextlib
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -294,6 +295,61 @@ def mutants_env(repo: str, profile: str = "debug") -> dict:
     return env
 
 
+def workspace_crates(repo: str) -> set:
+    """The names (package and crate forms) of the repo's own crates, of both workspaces."""
+    names = set()
+    for manifest in ("Cargo.toml", "drills/sim/Cargo.toml"):
+        meta = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1", "--locked", "--manifest-path", manifest],
+                              cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if meta.returncode != 0:
+            continue
+        for pkg in json.loads(meta.stdout)["packages"]:
+            names.add(pkg["name"])
+            targets = [t["name"] for t in pkg["targets"] if "custom-build" not in t["kind"]]
+            names.update(targets)
+            names.update(t.replace("-", "_") for t in targets)
+    return names
+
+
+def seed_dependencies(repo: str, env: dict, profile: str = "debug") -> None:
+    """A cold mutants target dir starts from a copy of the ordinary build's third-party
+    artifacts (their fingerprints, libraries and build-script outputs): they are keyed
+    by hashes of their version, features and profile, never by our sources, so the
+    mutants' builds take them as they are and compile only the repo's own crates (and
+    librocksdb-sys, whose build script sees ROCKSDB_LIB_DIR and only links). On a fresh
+    machine this saves compiling the whole dependency graph a second time. Best
+    effort: anything missing is built as before."""
+    src = os.path.join(os.path.dirname(env["CARGO_TARGET_DIR"]), profile)
+    dst = os.path.join(env["CARGO_TARGET_DIR"], profile)
+    if os.path.isdir(os.path.join(dst, ".fingerprint")) or not os.path.isdir(os.path.join(src, ".fingerprint")):
+        return
+    ours = workspace_crates(repo)
+    if not ours:
+        return
+
+    def third_party(name: str) -> bool:
+        # "<package>-<hash>" (fingerprints, build dirs), "lib<crate>-<hash>" (libraries);
+        # librocksdb-sys is left out: its build script runs again anyway (it sees
+        # ROCKSDB_LIB_DIR), and its out dir holds RocksDB's objects.
+        bases = {n.rsplit("-", 1)[0] for n in (name, name[3:] if name.startswith("lib") else name)}
+        return not bases & ours and not bases & {"librocksdb-sys", "librocksdb_sys"}
+
+    started, copied = time.monotonic(), 0
+    for sub in (".fingerprint", "build"):
+        os.makedirs(os.path.join(dst, sub), exist_ok=True)
+        for name in os.listdir(os.path.join(src, sub)):
+            if third_party(name):
+                shutil.copytree(os.path.join(src, sub, name), os.path.join(dst, sub, name), symlinks=True, dirs_exist_ok=True)
+                copied += 1
+    os.makedirs(os.path.join(dst, "deps"), exist_ok=True)
+    for name in os.listdir(os.path.join(src, "deps")):
+        # Libraries and their dep-info only: no test or binary executables.
+        if name.endswith((".rlib", ".rmeta", ".so", ".d")) and third_party(name.rsplit(".", 1)[0]):
+            shutil.copy2(os.path.join(src, "deps", name), os.path.join(dst, "deps", name))
+            copied += 1
+    print(f"mutants: seeded their target dir with {copied} third-party artifacts of the ordinary build in {time.monotonic() - started:.0f} s", flush=True)
+
+
 def simulate(repo: str, seeds: int, moves_seeds: int, only: list) -> int:
     env = mutants_env(repo, "perf")
     rows = []
@@ -354,6 +410,7 @@ def main() -> int:
     survivors = []
     began = time.monotonic()
     env = mutants_env(repo)
+    seed_dependencies(repo, env)
     with tempfile.TemporaryDirectory(prefix="holdfast-mutants-") as tmp:
         scratch = Scratch(repo, tmp)
         for name, path, old, new, args in chosen:

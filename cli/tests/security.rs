@@ -276,6 +276,7 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
         "RegistryService.RevokeToken" => verdict(r.revoke_token(rpb::RevokeTokenRequest { name: "no-such-token".into() }).await),
         "RegistryService.ListAccess" => verdict(r.list_access(rpb::ListAccessRequest::default()).await),
         "RegistryService.ListAudit" => verdict(r.list_audit(rpb::ListAuditRequest::default()).await),
+        "RegistryService.RaftStatus" => verdict(r.raft_status(rpb::RaftStatusRequest {}).await),
         "RegistryService.RenewOwnership" => verdict(r.renew_ownership(rpb::RenewOwnershipRequest::default()).await),
         "RegistryService.ReportSealed" => verdict(r.report_sealed(rpb::ReportSealedRequest::default()).await),
         "RegistryService.AppendAudit" => verdict(r.append_audit(rpb::AppendAuditRequest { action: "forged".into(), detail: String::new() }).await),
