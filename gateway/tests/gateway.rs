@@ -391,14 +391,7 @@ async fn an_sdk_session_recreates_itself_after_its_shard_moves() {
     w.namespace("pay", pb::Posture::FailClosed, 0).await;
     let client = holdfast_client::Client::connect(&[w.gateway.grpc_addr().to_string()]).await.unwrap();
     let opts = holdfast_client::SessionOptions::new("pay", "default", Duration::from_secs(6));
-    let deadline = Instant::now() + WAIT;
-    let mut keeper = loop {
-        match holdfast_client::SessionKeeper::start(client.clone(), opts.clone()).await {
-            Ok(k) => break k,
-            Err(e) => assert!(e.is_retryable() && Instant::now() < deadline, "{e:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let mut keeper = retry_sdk("the keeper's first session", || holdfast_client::SessionKeeper::start(client.clone(), opts.clone())).await;
     // A second keeper on the same client, renewing on the same stream as the first
     // until the move: it must be told MOVED too, and carry on. (Had its old session's
     // renewals joined the first's new session's stream, the new owner would answer it
@@ -498,21 +491,6 @@ async fn a_cut_off_holder_hears_its_loss_before_the_new_owner_grants() {
     w.cut_cell_from_registry("a", false);
     w.cut_gateway_from_registry(false);
     w.shutdown().await;
-}
-
-async fn retry_sdk<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, holdfast_client::Error>>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(e) => assert!(e.is_retryable() && Instant::now() < deadline, "{what}: {e:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// The SDK's ownership cache (issue #18) over a gateway: it lists, then follows the

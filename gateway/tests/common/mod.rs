@@ -195,18 +195,36 @@ impl World {
 
 /// Retries `f` while it fails with a transient code (a shard being adopted, a leader
 /// starting), up to [`WAIT`].
-pub async fn retry<T, F, Fut>(what: &str, mut f: F) -> T
+pub async fn retry<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let transient = |e: &tonic::Status| ["UNAVAILABLE", "MOVING", "NOT_OWNER", "NOT_LEADER", "UNKNOWN_NAMESPACE", "UNKNOWN_SHARD"].contains(&code(e).as_str());
+    retry_when(what, transient, f).await
+}
+
+/// [`retry`] for the SDK's calls: while its error says a retry may succeed.
+pub async fn retry_sdk<T, F, Fut>(what: &str, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, holdfast_client::Error>>,
+{
+    retry_when(what, holdfast_client::Error::is_retryable, f).await
+}
+
+/// Calls `f` every 100 ms while it fails with an error `transient` accepts, up to
+/// [`WAIT`]; any other error, or one past the deadline, fails the test.
+pub async fn retry_when<T, E: std::fmt::Debug, F, Fut>(what: &str, transient: impl Fn(&E) -> bool, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
 {
     let deadline = Instant::now() + WAIT;
     loop {
         match f().await {
             Ok(v) => return v,
-            Err(e)
-                if ["UNAVAILABLE", "MOVING", "NOT_OWNER", "NOT_LEADER", "UNKNOWN_NAMESPACE", "UNKNOWN_SHARD"].contains(&code(&e).as_str())
-                    && Instant::now() < deadline => {}
+            Err(e) if transient(&e) && Instant::now() < deadline => {}
             Err(e) => panic!("{what}: {e:?}"),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
