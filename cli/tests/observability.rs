@@ -246,14 +246,42 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
     let url = format!("{gw}/v1/locks/demo/default/traced/acquire");
     let queued = c.post(&url).json(&json!({ "session": other, "request_id": "queued", "wait_timeout_ms": 10_000 })).send();
     let queued = tokio::spawn(queued);
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // Names some scrape below saw: a gauge such as the waiters' is served only while
+    // there is something to count, and dropped a minute after (telemetry/src/lib.rs).
+    let mut seen_early: BTreeSet<String> = BTreeSet::new();
+    let east_nodes: Vec<String> = v["regions"]["east"]["cells"][0]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| format!("https://{}/metrics", n["metrics"].as_str().unwrap()))
+        .collect();
+    let scrape_east_until = |want: &'static str, seen: &mut BTreeSet<String>| {
+        let rt = tokio::runtime::Handle::current();
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            for u in &east_nodes {
+                let text = tokio::task::block_in_place(|| rt.block_on(async { c.get(u).send().await.unwrap().text().await.unwrap() }));
+                if text.lines().any(|l| l.starts_with(want)) {
+                    seen.extend(text.lines().filter(|l| l.starts_with("# TYPE ")).map(|l| l.split_whitespace().nth(2).unwrap().to_owned()));
+                    return;
+                }
+            }
+            assert!(Instant::now() < end, "no east node served `{want}` within 20 s");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    // The leader's gauge (refreshed every second) counts the waiter.
+    scrape_east_until(r#"lock_waiters{ns="demo",name="traced"} 1"#, &mut seen_early);
     call(&c, reqwest::Method::POST, &format!("{gw}/v1/locks/demo/default/traced/release"), Some(json!({ "token": token.to_string() }))).await;
     let r = queued.await.unwrap().unwrap();
     assert!(r.status().is_success(), "the waiter gets the lock: {}", r.text().await.unwrap());
     // A refused acquire (the lock is held, no wait): counted by its code.
     let r = c.post(&url).json(&json!({ "session": s, "request_id": "refused", "wait_timeout_ms": 0 })).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 409, "LOCK_HELD: {}", r.text().await.unwrap());
-    // Its session (TTL 3 s, never renewed) expires.
+    // Its session (TTL 3 s, never renewed) expires, counted by the east cell's leader.
+    // Waited for here: the move below seals demo/default in the east cell, which would
+    // end the session as MOVED rather than expired if it came first.
+    scrape_east_until(r#"holdfast_sessions_expired_total{ns="demo"} "#, &mut seen_early);
 
     // ---- the status page, in a real browser, before and after a move
     let browser = chromium();
@@ -347,7 +375,8 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
     let ours = metric_names_of_holdfast();
     let end = Instant::now() + Duration::from_secs(30);
     let (missing, texts) = loop {
-        let (served, texts) = served();
+        let (mut served, texts) = served();
+        served.extend(seen_early.iter().cloned());
         let missing: Vec<&String> =
             used.iter().filter(|n| !served.contains(*n) && !ELSEWHERE.contains(&n.as_str()) && !ON_EVENTS.contains(&n.as_str())).collect();
         if missing.is_empty() || Instant::now() > end {
