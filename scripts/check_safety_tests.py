@@ -14,7 +14,6 @@ the simulation's perf profile and steps it as the thousands of clean seeds run
 Not part of CI.
 """
 import contextlib
-import glob
 import json
 import os
 import shutil
@@ -25,15 +24,15 @@ import time
 
 STATE = "cells/state/src"
 CELL_TESTS = ["-p", "holdfast-cell-state", "--test", "properties", "--test", "semantics", "--test", "safety"]
-# The lease clock's and the fence's unit tests. One package set for both, so the
-# mutants' target dir builds RocksDB once.
+# The lease clock's and the fence's unit tests. One package set for both, so their
+# mutants share one build of the set.
 SERVER_TESTS = ["-p", "holdfast-cell", "-p", "holdfast-fence", "--lib"]
 # Access control: the grant and token rules (unit tests of core, the wire edge and the
 # gateway's enforcement point), and the whole-system test of docs/security.md.
 ACCESS_TESTS = ["-p", "holdfast-core", "-p", "holdfast-rpc", "-p", "holdfast-gateway", "--lib"]
 SECURITY_E2E = ["-p", "holdfast", "--test", "security"]
 # The Raft log's durability rule (raft/src/log_store.rs): the server packages' lib
-# tests plus the raft crate's, one package set so RocksDB builds once.
+# tests plus the raft crate's, one package set.
 RAFT_TESTS = [*SERVER_TESTS[:-1], "-p", "holdfast-raft", "--lib"]
 
 # (name, file, exact text, replacement, cargo test args)
@@ -250,23 +249,29 @@ NEEDS_MOVES = ("a closed or expired session's lock goes to a waiter without the 
 
 
 class Scratch:
-    """One scratch copy of the repo for a whole run, mutated one mutant at a time.
+    """One scratch copy of the repo for a whole run, mutated one mutant at a time, built
+    in the ordinary target dir.
 
-    Cargo judges freshness by file times. The copy keeps the repo's times, and the
-    mutants' target dir may hold artifacts built from a mutant (a run cut short): every
-    file any mutant touches is therefore made newer than any earlier build once, at the
-    start. After that, a mutant's file is written when it is applied and written back
-    when it is undone, so each write is newer than the build before it: a crate is
-    rebuilt exactly when one of its files changed since its last build, whichever
-    package set that build selected. (A fresh copy per mutant, every mutant file touched
-    each time, rebuilt nearly the whole workspace for every mutant: most of CI's time.)
+    Cargo names a workspace member's artifacts by its path inside the workspace and
+    judges freshness by file times, so the copy (which keeps the repo's times) takes
+    the ordinary build's artifacts as they are: a mutant's build compiles only the
+    crate it changed and its dependents in the mutant's package set. A mutant's file is
+    written when it is applied and written back when it is undone, each write newer
+    than the build before it, so a crate is rebuilt exactly when one of its files
+    changed since its last build. (A fresh copy per mutant, every mutant file touched
+    each time, rebuilt nearly the whole workspace for every mutant; a target dir of
+    the mutants' own compiled the whole workspace once more on a fresh machine.)
+
+    The price: the target dir holds artifacts built from a mutant, which a checkout
+    whose files are older than that build (the repo the copy came from) would take
+    for fresh. [`forget_our_builds`] removes the fingerprints of the repo's crates when
+    the run ends, and at the start of the next run if one was cut short (a marker file
+    says so), so every later build compiles them from their sources again.
     """
 
     def __init__(self, repo: str, tmp: str):
         self.dst = os.path.join(tmp, "repo")
         shutil.copytree(repo, self.dst, ignore=shutil.ignore_patterns(".git", "target"))
-        for p in {m[1] for m in MUTANTS}:
-            os.utime(os.path.join(self.dst, p))
 
     @contextlib.contextmanager
     def mutated(self, path: str, old: str, new: str):
@@ -281,79 +286,59 @@ class Scratch:
             open(f, "w").write(src)
 
 
-def mutants_env(repo: str, profile: str = "debug") -> dict:
-    # A target dir of their own: cargo names a workspace member's artifacts by its path
-    # inside the workspace, so a mutant built in the shared dir would be taken for fresh
-    # by the next ordinary build.
-    shared = os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target"))
-    env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(shared, "mutants"), PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
-    # RocksDB's C++ is never mutated: link the archive the ordinary build of the same
-    # profile made rather than compiling it a second time (10-15 minutes on 2 cores).
-    archives = glob.glob(os.path.join(shared, profile, "build", "librocksdb-sys-*", "out", "librocksdb.a"))
-    if archives:
-        env.update(ROCKSDB_LIB_DIR=os.path.dirname(max(archives, key=os.path.getmtime)), ROCKSDB_STATIC="1")
-    return env
+def target_dir(repo: str) -> str:
+    return os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target"))
+
+
+def mutants_env() -> dict:
+    return dict(os.environ, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
 
 
 def workspace_crates(repo: str) -> set:
-    """The names (package and crate forms) of the repo's own crates, of both workspaces."""
+    """The package names of the repo's own crates, of both workspaces."""
     names = set()
     for manifest in ("Cargo.toml", "drills/sim/Cargo.toml"):
         meta = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1", "--locked", "--manifest-path", manifest],
-                              cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        if meta.returncode != 0:
-            continue
-        for pkg in json.loads(meta.stdout)["packages"]:
-            names.add(pkg["name"])
-            targets = [t["name"] for t in pkg["targets"] if "custom-build" not in t["kind"]]
-            names.update(targets)
-            names.update(t.replace("-", "_") for t in targets)
+                              cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+        names.update(pkg["name"] for pkg in json.loads(meta.stdout)["packages"])
     return names
 
 
-def seed_dependencies(repo: str, env: dict, profile: str = "debug") -> None:
-    """A cold mutants target dir starts from a copy of the ordinary build's third-party
-    artifacts (their fingerprints, libraries and build-script outputs): they are keyed
-    by hashes of their version, features and profile, never by our sources, so the
-    mutants' builds take them as they are and compile only the repo's own crates (and
-    librocksdb-sys, whose build script sees ROCKSDB_LIB_DIR and only links). On a fresh
-    machine this saves compiling the whole dependency graph a second time. Best
-    effort: anything missing is built as before."""
-    src = os.path.join(os.path.dirname(env["CARGO_TARGET_DIR"]), profile)
-    dst = os.path.join(env["CARGO_TARGET_DIR"], profile)
-    if os.path.isdir(os.path.join(dst, ".fingerprint")) or not os.path.isdir(os.path.join(src, ".fingerprint")):
+def forget_our_builds(repo: str, profile: str) -> None:
+    """Removes the fingerprints of the repo's own crates in `profile` (`<package>-<hash>`
+    under `.fingerprint`): cargo rebuilds a crate whose fingerprint is missing, so no
+    later build takes a mutant's artifact for the real code's. Third-party crates are
+    never mutated and keep theirs."""
+    fingerprints = os.path.join(target_dir(repo), profile, ".fingerprint")
+    if not os.path.isdir(fingerprints):
         return
     ours = workspace_crates(repo)
-    if not ours:
-        return
+    for name in os.listdir(fingerprints):
+        if name.rsplit("-", 1)[0] in ours:
+            shutil.rmtree(os.path.join(fingerprints, name), ignore_errors=True)
 
-    def third_party(name: str) -> bool:
-        # "<package>-<hash>" (fingerprints, build dirs), "lib<crate>-<hash>" (libraries);
-        # librocksdb-sys is left out: its build script runs again anyway (it sees
-        # ROCKSDB_LIB_DIR), and its out dir holds RocksDB's objects.
-        bases = {n.rsplit("-", 1)[0] for n in (name, name[3:] if name.startswith("lib") else name)}
-        return not bases & ours and not bases & {"librocksdb-sys", "librocksdb_sys"}
 
-    started, copied = time.monotonic(), 0
-    for sub in (".fingerprint", "build"):
-        os.makedirs(os.path.join(dst, sub), exist_ok=True)
-        for name in os.listdir(os.path.join(src, sub)):
-            if third_party(name):
-                shutil.copytree(os.path.join(src, sub, name), os.path.join(dst, sub, name), symlinks=True, dirs_exist_ok=True)
-                copied += 1
-    os.makedirs(os.path.join(dst, "deps"), exist_ok=True)
-    for name in os.listdir(os.path.join(src, "deps")):
-        # Libraries and their dep-info only: no test or binary executables.
-        if name.endswith((".rlib", ".rmeta", ".so", ".d")) and third_party(name.rsplit(".", 1)[0]):
-            shutil.copy2(os.path.join(src, "deps", name), os.path.join(dst, "deps", name))
-            copied += 1
-    print(f"mutants: seeded their target dir with {copied} third-party artifacts of the ordinary build in {time.monotonic() - started:.0f} s", flush=True)
+@contextlib.contextmanager
+def mutants_build(repo: str, profile: str):
+    """Brackets a run that builds mutants into the ordinary target dir: a run cut short
+    before (its marker is still there) is cleaned up first, and this one when it ends."""
+    marker = os.path.join(target_dir(repo), f"mutants-building-{profile}")
+    if os.path.exists(marker):
+        print("mutants: an earlier run was cut short; its mutants' artifacts are forgotten first", flush=True)
+        forget_our_builds(repo, profile)
+    os.makedirs(os.path.dirname(marker), exist_ok=True)
+    open(marker, "w").close()
+    try:
+        yield
+    finally:
+        forget_our_builds(repo, profile)
+        os.remove(marker)
 
 
 def simulate(repo: str, seeds: int, moves_seeds: int, only: list) -> int:
-    env = mutants_env(repo, "perf")
+    env = mutants_env()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="holdfast-mutants-") as tmp:
+    with mutants_build(repo, "perf"), tempfile.TemporaryDirectory(prefix="holdfast-mutants-") as tmp:
         scratch = Scratch(repo, tmp)
         for name, path, old, new, _ in MUTANTS:
             moves = path.startswith(SIMULATED_WITH_MOVES) or name in NEEDS_MOVES
@@ -367,7 +352,7 @@ def simulate(repo: str, seeds: int, moves_seeds: int, only: list) -> int:
                     print(b.stdout[-3000:])
                     print(f"mutant '{name}' does not build in the simulation", flush=True)
                     return 2
-                sim = os.path.join(env["CARGO_TARGET_DIR"], "perf", "holdfast-sim")
+                sim = os.path.join(target_dir(repo), "perf", "holdfast-sim")
                 n = moves_seeds if moves else seeds
                 r = subprocess.run([sim, "--seeds", str(n), "--until-found", "--tick-ms", "5", *(["--moves"] if moves else [])], cwd=dst, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             found = [l for l in r.stdout.splitlines() if l.startswith("found by")]
@@ -409,9 +394,8 @@ def main() -> int:
     chosen = sorted((m for m in MUTANTS if not only or any(o in m[0] for o in only)), key=lambda m: (m[4], m[1]))
     survivors = []
     began = time.monotonic()
-    env = mutants_env(repo)
-    seed_dependencies(repo, env)
-    with tempfile.TemporaryDirectory(prefix="holdfast-mutants-") as tmp:
+    env = mutants_env()
+    with mutants_build(repo, "debug"), tempfile.TemporaryDirectory(prefix="holdfast-mutants-") as tmp:
         scratch = Scratch(repo, tmp)
         for name, path, old, new, args in chosen:
             started = time.monotonic()

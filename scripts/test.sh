@@ -15,8 +15,8 @@ mkdir -p "$CARGO_TARGET_DIR"
 free_gb=$(df -Pk "$CARGO_TARGET_DIR" 2>/dev/null | awk 'NR==2 {print int($4/1048576)}')
 if [ "${free_gb:-100}" -lt 30 ]; then
   echo "test: ${free_gb} GB free; clearing incremental state and old test executables"
-  rm -rf "$CARGO_TARGET_DIR"/debug/incremental "$CARGO_TARGET_DIR"/mutants/debug/incremental
-  find "$CARGO_TARGET_DIR"/debug/deps "$CARGO_TARGET_DIR"/mutants/debug/deps -maxdepth 1 -type f -perm -u+x \
+  rm -rf "$CARGO_TARGET_DIR"/debug/incremental "$CARGO_TARGET_DIR"/mutants
+  find "$CARGO_TARGET_DIR"/debug/deps -maxdepth 1 -type f -perm -u+x \
     ! -name '*.so' ! -name '*.rlib' ! -name '*.rmeta' ! -name '*.d' -mmin +60 -delete 2>/dev/null || true
 fi
 # The gateway's /metrics must pass promtool (setup.sh installs it).
