@@ -249,12 +249,8 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
     // Names some scrape below saw: a gauge such as the waiters' is served only while
     // there is something to count, and dropped a minute after (telemetry/src/lib.rs).
     let mut seen_early: BTreeSet<String> = BTreeSet::new();
-    let east_nodes: Vec<String> = v["regions"]["east"]["cells"][0]["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| format!("https://{}/metrics", n["metrics"].as_str().unwrap()))
-        .collect();
+    let east_nodes: Vec<String> =
+        v["regions"]["east"]["cells"][0]["nodes"].as_array().unwrap().iter().map(|n| format!("https://{}/metrics", n["metrics"].as_str().unwrap())).collect();
     let scrape_east_until = |want: &'static str, seen: &mut BTreeSet<String>| {
         let rt = tokio::runtime::Handle::current();
         let end = Instant::now() + Duration::from_secs(20);
