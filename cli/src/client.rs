@@ -9,7 +9,9 @@ use clap::{Args, Subcommand};
 use holdfast_core::{Intent, Posture};
 use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
-use holdfast_proto::json::{session_hex, CheckView, EventView, GrantView, LockSummaryView, LockView, NamespaceSpec, NamespaceView, OwnerView};
+use holdfast_proto::json::{
+    session_hex, AutoFailoverView, CheckView, EventView, GrantView, LockSummaryView, LockView, NamespaceSpec, NamespaceView, OwnerView,
+};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_client::LockServiceClient;
 use holdfast_proto::registry::v1 as rpb;
@@ -200,6 +202,24 @@ pub enum NsCmd {
         name: String,
         #[command(flatten)]
         change: NsChange,
+    },
+    /// A namespace's automatic failover: with --on, once a cell stops renewing its
+    /// ownership lease and the lease runs out, the registry moves the namespace's shards
+    /// off it by itself (docs/registry.md, "Automatic failover"). Off by default. With
+    /// neither --on nor --off: shows it.
+    ///
+    /// Example: holdfast ns auto-failover payments --on --fallback west
+    AutoFailover {
+        #[command(flatten)]
+        gw: Gw,
+        name: String,
+        #[arg(long, conflicts_with = "off")]
+        on: bool,
+        #[arg(long)]
+        off: bool,
+        /// The region its shards go to first (default: any active region).
+        #[arg(long, requires = "on")]
+        fallback: Option<String>,
     },
     /// Admin mode: create or update a namespace on one cell run without a registry.
     ///
@@ -646,6 +666,22 @@ async fn ns_registry(cmd: NsCmd) -> Result<(), String> {
             let req = rpb::GetNamespaceRequest { name };
             let r = gw.remote()?.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.get_namespace(r).await })).await?;
             emit(gw.output, &namespace_view(r.config.as_ref())?);
+        }
+        NsCmd::AutoFailover { gw, name, on, off, fallback } => {
+            let remote = gw.remote()?;
+            let view = if on || off {
+                let req = rpb::SetAutoFailoverRequest {
+                    ns: name.clone(),
+                    auto_failover: Some(rpb::AutoFailover { enabled: on, fallback_region: fallback.unwrap_or_default() }),
+                };
+                let r = remote.once(|ch| registry(ch, req.clone(), |mut c, r| async move { c.set_auto_failover(r).await })).await?;
+                AutoFailoverView::new(&name, r.auto_failover.as_ref())
+            } else {
+                let req = rpb::GetNamespaceRequest { name: name.clone() };
+                let r = remote.call(|ch| registry(ch, req.clone(), |mut c, r| async move { c.get_namespace(r).await })).await?;
+                AutoFailoverView::new(&name, r.auto_failover.as_ref())
+            };
+            emit(gw.output, &view);
         }
         NsCmd::List { gw } => {
             let r = gw.remote()?.call(|ch| registry(ch, rpb::ListNamespacesRequest {}, |mut c, r| async move { c.list_namespaces(r).await })).await?;

@@ -260,6 +260,7 @@ async fn make(call: &str, ch: &Channel, http: &reqwest::Client, base: &str, ns: 
         "RegistryService.SetRegionState" => verdict(r.set_region_state(rpb::SetRegionStateRequest { region: "nowhere".into(), state: 0 }).await),
         "RegistryService.ListRegions" => verdict(r.list_regions(rpb::ListRegionsRequest {}).await),
         "RegistryService.RetireCell" => verdict(r.retire_cell(rpb::RetireCellRequest { cell: "nowhere-1".into() }).await),
+        "RegistryService.SetAutoFailover" => verdict(r.set_auto_failover(rpb::SetAutoFailoverRequest { ns: "nope".into(), auto_failover: None }).await),
         "RegistryService.RegisterCell" => {
             verdict(r.register_cell(rpb::RegisterCellRequest { cell: "nowhere-1".into(), region: "nowhere".into(), members: vec![] }).await)
         }

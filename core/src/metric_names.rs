@@ -31,6 +31,7 @@ pub const SHARD_EPOCH: &str = "holdfast_shard_epoch";
 pub const OWNERSHIP_LEASE_REMAINING: &str = "holdfast_ownership_lease_remaining_seconds";
 // ---- registry
 pub const OWNERSHIP_LEASE_LAPSES: &str = "holdfast_ownership_lease_lapses_total";
+pub const AUTO_FAILOVER_MOVES: &str = "holdfast_auto_failover_moves_total";
 pub const MOVES_IN_PROGRESS: &str = "holdfast_registry_moves_in_progress";
 pub const MOVE_AGE_MAX: &str = "holdfast_registry_move_age_seconds_max";
 // ---- sessions (cell)

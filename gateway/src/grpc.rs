@@ -159,6 +159,7 @@ registry_front!(
     (update_namespace, rpb::UpdateNamespaceRequest, rpb::UpdateNamespaceResponse, |r| Need::ns(Role::Admin, r.config.as_ref().map_or("", |c| c.name.as_str()))),
     (get_namespace, rpb::GetNamespaceRequest, rpb::GetNamespaceResponse, |r| Need::ns(Role::Reader, &r.name)),
     (list_namespaces, rpb::ListNamespacesRequest, rpb::ListNamespacesResponse, |_r| OPERATOR),
+    (set_auto_failover, rpb::SetAutoFailoverRequest, rpb::SetAutoFailoverResponse, |_r| OPERATOR),
     (place_shard, rpb::PlaceShardRequest, rpb::PlaceShardResponse, |_r| OPERATOR),
     (list_shards, rpb::ListShardsRequest, rpb::ListShardsResponse, |r| if r.cell.is_empty() { Need::ns_or_operator(Role::Reader, &r.ns) } else { OPERATOR }),
     (move_shard, rpb::MoveShardRequest, rpb::MoveShardResponse, |_r| OPERATOR),

@@ -42,6 +42,26 @@ pub struct QuotasView {
     pub acquires_per_second: u32,
 }
 
+/// A namespace's automatic failover (docs/registry.md, "Automatic failover").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AutoFailoverView {
+    pub ns: String,
+    pub enabled: bool,
+    /// The region its shards go to first; `null`: any active region.
+    pub fallback_region: Option<String>,
+}
+
+impl AutoFailoverView {
+    pub fn new(ns: &str, a: Option<&rpb::AutoFailover>) -> AutoFailoverView {
+        AutoFailoverView {
+            ns: ns.to_owned(),
+            enabled: a.is_some_and(|a| a.enabled),
+            fallback_region: a.map(|a| a.fallback_region.clone()).filter(|r| !r.is_empty()),
+        }
+    }
+}
+
 /// A namespace's stored configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

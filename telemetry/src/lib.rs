@@ -144,6 +144,10 @@ fn describe() {
         OWNERSHIP_LEASE_LAPSES,
         "Shards the registry transferred because their cell's ownership lease ran out (an unplanned move completed), by the cell that lost them."
     );
+    describe_counter!(
+        AUTO_FAILOVER_MOVES,
+        "Moves the registry leader began by automatic failover (a namespace's opt-in): the shards of a cell that stopped renewing, once their lease ran out; by the cell they left."
+    );
     describe_gauge!(MOVES_IN_PROGRESS, "Shard moves the registry has begun and not finished (registry leader; followers report 0).");
     describe_gauge!(MOVE_AGE_MAX, Unit::Seconds, "Age of the oldest shard move in progress, 0 when none (registry leader).");
     describe_counter!(GATEWAY_REQUESTS, "Calls answered at the gateway's front door, by front (grpc, http), route and stable code (OK on success).");

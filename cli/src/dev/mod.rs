@@ -62,6 +62,12 @@ pub struct DevArgs {
     /// checker; debug builds only. Not remembered in dev.json.
     #[arg(long, hide = true)]
     unsafe_plant: Option<String>,
+    /// The registry's ownership lease, ms: how long a cell cut off from the registry
+    /// serves its shards, and how long an unconfirmed `shard move --unplanned` or
+    /// `region failover` waits (docs/registry.md). Default the production 30 minutes;
+    /// shorter for a drill or a benchmark of failover. Not remembered in dev.json.
+    #[arg(long)]
+    ownership_lease_ms: Option<u64>,
 }
 
 pub async fn run(a: DevArgs) -> Result<(), String> {
@@ -105,8 +111,9 @@ pub async fn run(a: DevArgs) -> Result<(), String> {
         println!("network namespaces: bridge {} ({}/{}), one namespace per region", n.bridge, n.bridge_ip, layout::NETNS_PREFIX);
     }
     // `None`: a signal came first; stopping then is what was asked for.
+    let extra = Extra { plant: a.unsafe_plant.as_deref(), ownership_lease_ms: a.ownership_lease_ms };
     let started = tokio::select! {
-        r = start(&mut sup, &layout, settings, a.unsafe_plant.as_deref()) => Some(r),
+        r = start(&mut sup, &layout, settings, &extra) => Some(r),
         _ = term.recv() => None,
         _ = int.recv() => None,
     };
@@ -199,11 +206,20 @@ fn netns_of<'a>(layout: &'a Layout, region: &str) -> Option<&'a str> {
     layout.netns.as_ref().and_then(|n| n.region(region)).map(|r| r.netns.as_str())
 }
 
-async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings, plant: Option<&str>) -> Result<(), String> {
+/// Flags of one start, not remembered in dev.json.
+struct Extra<'a> {
+    plant: Option<&'a str>,
+    ownership_lease_ms: Option<u64>,
+}
+
+async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings, extra: &Extra<'_>) -> Result<(), String> {
     let all_registry = layout.registry_endpoints(None);
     for r in &layout.regions {
         let n = &r.registry;
         let mut args = strings(&["registry", "run", "--region", &r.name]);
+        if let Some(ms) = extra.ownership_lease_ms {
+            args.extend(strings(&["--ownership-lease-ms", &ms.to_string()]));
+        }
         args.extend(node_args(n));
         args.extend(layout.tls_args(&n.name));
         sup.spawn(&n.name, Tier::Registry, args, netns_of(layout, &r.name))?;
@@ -213,7 +229,7 @@ async fn start(sup: &mut Supervisor, layout: &Layout, mut settings: Settings, pl
             let mut args = strings(&["cell", "run", "--cell", &r.cell.name, "--region", &r.name, "--registry", &all_registry]);
             args.extend(node_args(n));
             args.extend(layout.tls_args(&n.name));
-            if let Some(p) = plant {
+            if let Some(p) = extra.plant {
                 args.extend(strings(&["--unsafe-plant", p]));
             }
             sup.spawn(&n.name, Tier::Cell, args, netns_of(layout, &r.name))?;

@@ -11,7 +11,7 @@ use holdfast_proto::admin::v1 as apb;
 use holdfast_proto::convert as wire;
 pub use holdfast_proto::convert::namespace_to;
 use holdfast_proto::registry::v1 as pb;
-use holdfast_registry_state::{AuditRecord, CellMember, CellRecord, OwnershipEvent, RegionState, ShardRecord, ShardState, TokenRecord};
+use holdfast_registry_state::{AuditRecord, CellMember, CellRecord, FailoverPolicy, OwnershipEvent, RegionState, ShardRecord, ShardState, TokenRecord};
 use holdfast_rpc::status::status;
 use tonic::Status;
 
@@ -122,4 +122,20 @@ pub fn token_to(t: &TokenRecord) -> pb::TokenInfo {
 
 pub fn audit_to(r: &AuditRecord) -> pb::AuditRecord {
     pb::AuditRecord { seq: r.seq, at_unix_ms: r.at_unix_ms, by: r.by.clone(), action: r.action.clone(), detail: r.detail.clone() }
+}
+
+/// A namespace's automatic failover on the wire (`None`: off).
+pub fn auto_failover_to(policy: Option<&FailoverPolicy>) -> pb::AutoFailover {
+    pb::AutoFailover { enabled: policy.is_some(), fallback_region: policy.and_then(|p| p.fallback.as_ref()).map(ToString::to_string).unwrap_or_default() }
+}
+
+/// The policy a request asks for: `None` turns it off.
+pub fn auto_failover_from(a: Option<pb::AutoFailover>) -> Result<Option<FailoverPolicy>, Status> {
+    let a = a.ok_or_else(|| invalid("auto_failover is required"))?;
+    match (a.enabled, a.fallback_region.is_empty()) {
+        (false, true) => Ok(None),
+        (false, false) => Err(invalid("a fallback region needs automatic failover enabled")),
+        (true, true) => Ok(Some(FailoverPolicy { fallback: None })),
+        (true, false) => Ok(Some(FailoverPolicy { fallback: Some(region_id(a.fallback_region)?) })),
+    }
 }

@@ -1,14 +1,17 @@
 //! Leader duties: while this node leads, it keeps the ownership leases it grants and
 //! completes transfers that are ready — an unplanned move once the source's lease is
 //! known to have run out on this leader's clock, and any move whose source has sealed
-//! (a `ReportSealed` whose caller went away between the seal and the completion). When
-//! leadership goes, the leases go with it; the next leader starts its own, waiting one
-//! full lease before it trusts that any cell's lease has ended.
+//! (a `ReportSealed` whose caller went away between the seal and the completion). It
+//! also begins the moves of automatic failover, for the namespaces that opted in
+//! (`holdfast_registry_state`'s `failover.rs`): the shards of a cell that stopped
+//! renewing, once their lease has run out. When leadership goes, the leases go with
+//! it; the next leader starts its own, waiting one full lease before it trusts that
+//! any cell's lease has ended.
 
 use crate::leases::OwnershipLeases;
 use crate::registry::Registry;
 use holdfast_core::{CellId, Epoch, ShardKey};
-use holdfast_registry_state::{Command, ShardState};
+use holdfast_registry_state::{AutoMove, Command, ShardState};
 use holdfast_rpc::CancellationToken;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +20,11 @@ use tracing::{debug, info, warn};
 
 /// The loop wakes at least this often.
 const TICK: Duration = Duration::from_millis(50);
+/// The most automatic-failover moves begun in one round (one round per renewal
+/// period): a lost region's thousands of shards go in waves, not one burst of writes.
+const AUTO_FAILOVER_WAVE: usize = 200;
+/// Who the audit log says began an automatic failover's move.
+pub const AUTO_FAILOVER_BY: &str = "registry:auto-failover";
 
 /// Timing of the ownership leases.
 #[derive(Debug, Clone, Copy)]
@@ -95,12 +103,48 @@ fn ready_moves(reg: &Registry) -> Vec<Ready> {
     })
 }
 
+/// The moves automatic failover would begin now. Under the leases lock, like
+/// [`ready_moves`]: a shard judged lapsed here was listed by no renewal since.
+fn auto_failover_moves(reg: &Registry) -> Vec<AutoMove> {
+    let guard = reg.hooks.leases.lock().expect("leases lock");
+    let Some(leases) = guard.as_ref() else { return vec![] };
+    let now = Instant::now();
+    let renewing = leases.renewing(now);
+    reg.group.state().read(|m| m.state().auto_failover_moves(|k| leases.expired(now, k), &renewing, AUTO_FAILOVER_WAVE))
+}
+
+/// Begins automatic failover's moves; they complete with the other ready moves, their
+/// source's lease having run out already.
+async fn begin_auto_failover(reg: &Arc<Registry>, leader: crate::registry::Leader) {
+    for m in auto_failover_moves(reg) {
+        let cmd = Command::BeginMove { shard: m.shard.clone(), to_cell: m.to_cell.clone(), planned: false };
+        match reg.propose(leader, Command::Audited { by: AUTO_FAILOVER_BY.to_owned(), cmd: Box::new(cmd) }).await {
+            Ok(Ok(_)) => {
+                metrics::counter!(holdfast_core::metric_names::AUTO_FAILOVER_MOVES, "cell" => m.from_cell.to_string()).increment(1);
+                info!(shard = %m.shard, from = %m.from_cell, to = %m.to_cell, "automatic failover: the source's lease ran out; move begun");
+            }
+            // The state moved on (a move began meanwhile).
+            Ok(Err(e)) => debug!(shard = %m.shard, error = %e, "automatic failover's move refused"),
+            Err(s) => {
+                warn!(shard = %m.shard, error = %s.message(), "automatic failover's move not committed; trying again");
+                return;
+            }
+        }
+    }
+}
+
 async fn duties(reg: &Arc<Registry>, term: u64, shutdown: &CancellationToken) {
+    let mut next_auto = Instant::now();
     loop {
         if shutdown.is_cancelled() {
             return;
         }
         let Some(leader) = reg.group.leader_in_term(term) else { return };
+        if Instant::now() >= next_auto {
+            begin_auto_failover(reg, leader).await;
+            let renew = reg.hooks.leases.lock().expect("leases lock").as_ref().map_or(Duration::from_secs(1), |l| l.renew());
+            next_auto = Instant::now() + renew;
+        }
         for ready in ready_moves(reg) {
             let cmd = Command::CompleteMove { shard: ready.shard.clone(), epoch: ready.epoch };
             match reg.propose(leader, cmd).await {

@@ -15,8 +15,8 @@
 //! before a new leader can be elected.
 
 use crate::leader::LeaseTimings;
-use holdfast_core::ShardKey;
-use std::collections::HashMap;
+use holdfast_core::{CellId, ShardKey};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -33,6 +33,8 @@ pub struct OwnershipLeases {
     settled_at: Instant,
     /// Per shard: the latest end of a lease this leader granted that listed it.
     granted_until: HashMap<ShardKey, Instant>,
+    /// Per cell: when this leader last answered its renewal.
+    renewed_at: HashMap<CellId, Instant>,
 }
 
 impl OwnershipLeases {
@@ -46,6 +48,7 @@ impl OwnershipLeases {
             inherited_until: elected + t.lease,
             settled_at: elected + t.fence_window(),
             granted_until: HashMap::new(),
+            renewed_at: HashMap::new(),
         }
     }
 
@@ -58,8 +61,9 @@ impl OwnershipLeases {
         self.renew
     }
 
-    /// Records a renewal answered at `now` that lists `shards`.
-    pub fn granted<'a>(&mut self, now: Instant, shards: impl IntoIterator<Item = &'a ShardKey>) {
+    /// Records `cell`'s renewal answered at `now`, which lists `shards`.
+    pub fn granted<'a>(&mut self, now: Instant, cell: &CellId, shards: impl IntoIterator<Item = &'a ShardKey>) {
+        self.renewed_at.insert(cell.clone(), now);
         let until = now + self.lease;
         for shard in shards {
             let e = self.granted_until.entry(shard.clone()).or_insert(until);
@@ -72,6 +76,13 @@ impl OwnershipLeases {
     /// the live one's, which it has not heard yet) cannot be told apart.
     pub fn settled(&self, now: Instant) -> bool {
         now >= self.settled_at
+    }
+
+    /// The cells whose renewals this leader answered within the last `renew * 3`: those
+    /// alive and reaching the registry (automatic failover moves shards only to them).
+    pub fn renewing(&self, now: Instant) -> BTreeSet<CellId> {
+        let window = self.renew * 3;
+        self.renewed_at.iter().filter(|(_, at)| now.saturating_duration_since(**at) <= window).map(|(c, _)| c.clone()).collect()
     }
 
     /// Until when some cell may still serve `shard` under a lease.
@@ -94,6 +105,10 @@ mod tests {
         ShardKey::new(NamespaceName::new("pay").unwrap(), ShardName::new(s).unwrap())
     }
 
+    fn cell() -> CellId {
+        CellId::new("east-1").unwrap()
+    }
+
     const LEASE: Duration = Duration::from_millis(3_000);
     const GRACE: Duration = Duration::from_millis(200);
     const TIMINGS: LeaseTimings = LeaseTimings { lease: LEASE, renew: Duration::from_millis(1_000), grace: GRACE };
@@ -112,7 +127,7 @@ mod tests {
         let t0 = Instant::now();
         let mut l = OwnershipLeases::on_election(t0, TIMINGS);
         let t1 = t0 + Duration::from_millis(2_000);
-        l.granted(t1, [&key("a")]);
+        l.granted(t1, &cell(), [&key("a")]);
         let end_b = t0 + LEASE + GRACE;
         assert!(l.expired(end_b, &key("b")), "b was not listed: only the inherited lease covers it");
         assert!(!l.expired(end_b, &key("a")));
@@ -124,8 +139,18 @@ mod tests {
         let t0 = Instant::now();
         let mut l = OwnershipLeases::on_election(t0, TIMINGS);
         let late = t0 + Duration::from_millis(5_000);
-        l.granted(late, [&key("a")]);
-        l.granted(t0 + Duration::from_millis(4_000), [&key("a")]);
+        l.granted(late, &cell(), [&key("a")]);
+        l.granted(t0 + Duration::from_millis(4_000), &cell(), [&key("a")]);
         assert_eq!(l.covered_until(&key("a")), late + LEASE);
+    }
+
+    #[test]
+    fn a_cell_is_renewing_for_three_renewal_periods_after_its_last_renewal() {
+        let t0 = Instant::now();
+        let mut l = OwnershipLeases::on_election(t0, TIMINGS);
+        assert!(l.renewing(t0).is_empty(), "a new leader has heard no cell");
+        l.granted(t0, &cell(), []);
+        assert!(l.renewing(t0 + Duration::from_millis(3_000)).contains(&cell()));
+        assert!(l.renewing(t0 + Duration::from_millis(3_001)).is_empty());
     }
 }

@@ -241,12 +241,25 @@ impl RegistryService for RegistryApi {
 
     async fn get_namespace(&self, req: Request<pb::GetNamespaceRequest>) -> Result<Response<pb::GetNamespaceResponse>, Status> {
         let name = cv::ns_name(req.into_inner().name)?;
-        let config = self
+        let (config, auto_failover) = self
             .reg
-            .read(|st| st.namespace(&name).map(cv::namespace_to))
+            .read(|st| st.namespace(&name).map(|c| (cv::namespace_to(c), cv::auto_failover_to(st.auto_failover(&name)))))
             .await?
             .ok_or_else(|| registry_status(&RegistryError::UnknownNamespace(name.to_string())))?;
-        Ok(Response::new(pb::GetNamespaceResponse { config: Some(config) }))
+        Ok(Response::new(pb::GetNamespaceResponse { config: Some(config), auto_failover: Some(auto_failover) }))
+    }
+
+    async fn set_auto_failover(&self, req: Request<pb::SetAutoFailoverRequest>) -> Result<Response<pb::SetAutoFailoverResponse>, Status> {
+        let by = CallContext::from_grpc(&req).identity();
+        let r = req.into_inner();
+        let cmd = Command::SetAutoFailover { ns: cv::ns_name(r.ns)?, policy: cv::auto_failover_from(r.auto_failover)? };
+        match self.reg.write_as(&by, cmd).await? {
+            Outcome::AutoFailover { ns, policy } => {
+                info!(ns = %ns, enabled = policy.is_some(), fallback = ?policy.as_ref().and_then(|p| p.fallback.as_ref()), "automatic failover set");
+                Ok(Response::new(pb::SetAutoFailoverResponse { auto_failover: Some(cv::auto_failover_to(policy.as_ref())) }))
+            }
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn list_namespaces(&self, _req: Request<pb::ListNamespacesRequest>) -> Result<Response<pb::ListNamespacesResponse>, Status> {
@@ -454,7 +467,7 @@ impl RegistryService for RegistryApi {
                     Ok::<_, RegistryError>((owned, configs))
                 })
                 .map_err(|e| registry_status(&e))?;
-            leases.granted(Instant::now(), owned.iter().map(|o| &o.shard));
+            leases.granted(Instant::now(), &cell, owned.iter().map(|o| &o.shard));
             (leases.lease(), owned, configs)
         };
         debug!(cell = %cell, shards = owned.len(), "ownership lease renewed");

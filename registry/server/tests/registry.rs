@@ -445,3 +445,60 @@ async fn an_unplanned_move_with_its_fencing_confirmed_completes_at_once_and_is_a
     assert_eq!((o.cell.as_str(), o.epoch, o.state), ("east-1", 3, pb::ShardState::Active as i32), "{o:?}");
     reg.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automatic_failover_moves_an_opted_in_namespace_off_a_silent_cell_once_its_lease_ran_out() {
+    let _g = serial().await;
+    let reg = TestRegistry::start().await;
+    let mut c = reg.leader_client().await;
+    topology(&mut c).await;
+    // A second namespace on the same cell, not opted in.
+    c.create_namespace(pb::CreateNamespaceRequest { config: Some(ns_config("ads")) }).await.unwrap();
+    c.place_shard(pb::PlaceShardRequest { ns: "ads".into(), shard: "default".into(), cell: "east-1".into() }).await.unwrap();
+    let set = |ns: &str, enabled: bool, fallback: &str| pb::SetAutoFailoverRequest {
+        ns: ns.into(),
+        auto_failover: Some(pb::AutoFailover { enabled, fallback_region: fallback.into() }),
+    };
+
+    info!("--- bad input: an unknown namespace or region, a fallback without enabling, no policy");
+    assert_eq!(code(&c.set_auto_failover(set("nope", true, "")).await.unwrap_err()), "UNKNOWN_NAMESPACE");
+    assert_eq!(code(&c.set_auto_failover(set("pay", true, "mars")).await.unwrap_err()), "INVALID_ARGUMENT");
+    assert_eq!(code(&c.set_auto_failover(set("pay", false, "west")).await.unwrap_err()), "INVALID_ARGUMENT");
+    assert_eq!(code(&c.set_auto_failover(pb::SetAutoFailoverRequest { ns: "pay".into(), auto_failover: None }).await.unwrap_err()), "INVALID_ARGUMENT");
+    let got = c.get_namespace(pb::GetNamespaceRequest { name: "pay".into() }).await.unwrap().into_inner().auto_failover.unwrap();
+    assert!(!got.enabled, "off by default");
+
+    let on = c.set_auto_failover(set("pay", true, "west")).await.unwrap().into_inner().auto_failover.unwrap();
+    assert_eq!((on.enabled, on.fallback_region.as_str()), (true, "west"));
+
+    // A new leader treats every shard as covered for one lease after its election.
+    tokio::time::sleep(LEASE).await;
+    info!("--- both cells renew; then east-1 goes silent while west-1 renews on");
+    renew(&mut c, "west-1").await;
+    renew(&mut c, "east-1").await;
+    let silent_from = Instant::now();
+    let deadline = Instant::now() + WAIT;
+    let moved = loop {
+        let o = owner(&mut c, "pay", "default").await;
+        if o.cell == "west-1" && o.state == pb::ShardState::Active as i32 {
+            assert_eq!(o.epoch, 2);
+            break Instant::now();
+        }
+        assert_eq!(o.cell, "east-1", "{o:?}");
+        assert!(Instant::now() < deadline, "automatic failover never moved pay/default");
+        renew(&mut c, "west-1").await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let waited = moved - silent_from;
+    assert!(waited >= LEASE + Duration::from_millis(GRACE_MS), "moved after {waited:?}, before east-1's lease (+ grace) ran out");
+    assert!(waited <= LEASE + Duration::from_millis(GRACE_MS + 3_000), "moved only after {waited:?}");
+    info!(?waited, "automatic failover moved the shard");
+
+    info!("--- the namespace that did not opt in stays on the silent cell; the move is audited");
+    let ads = owner(&mut c, "ads", "default").await;
+    assert_eq!((ads.cell.as_str(), ads.epoch, ads.state), ("east-1", 1, pb::ShardState::Active as i32), "{ads:?}");
+    let audit = c.list_audit(pb::ListAuditRequest { after_seq: 0, limit: 0 }).await.unwrap().into_inner().records;
+    assert!(audit.iter().any(|r| r.by == "registry:auto-failover" && r.action == "begin_move" && r.detail.contains("pay")), "{audit:?}");
+    assert!(audit.iter().any(|r| r.action == "set_auto_failover"), "{audit:?}");
+    reg.shutdown().await;
+}

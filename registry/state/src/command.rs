@@ -7,9 +7,10 @@
 //! monotonic clock and arrives here as an explicit `CompleteMove`.
 
 use crate::access::TokenRecord;
+use crate::failover::FailoverPolicy;
 use crate::state::RegionState;
 use holdfast_core::Grant;
-use holdfast_core::{CellId, Epoch, FencingToken, LockName, NamespaceConfig, NodeId, RegionId, ShardKey};
+use holdfast_core::{CellId, Epoch, FencingToken, LockName, NamespaceConfig, NamespaceName, NodeId, RegionId, ShardKey};
 use serde::{Deserialize, Serialize};
 
 /// One log entry: a command plus the leader's wall clock when it proposed it.
@@ -149,6 +150,12 @@ pub enum Command {
     RetireCell {
         cell: CellId,
     },
+    /// Opts a namespace in to automatic failover (`Some`), or out (`None`):
+    /// `failover.rs`.
+    SetAutoFailover {
+        ns: NamespaceName,
+        policy: Option<FailoverPolicy>,
+    },
 }
 
 impl Command {
@@ -174,6 +181,7 @@ impl Command {
             Command::RevokeToken { .. } => "revoke_token",
             Command::Audit { .. } => "audit",
             Command::RetireCell { .. } => "retire_cell",
+            Command::SetAutoFailover { .. } => "set_auto_failover",
         }
     }
 }

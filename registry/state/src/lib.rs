@@ -16,6 +16,7 @@
 mod access;
 mod codec;
 mod command;
+mod failover;
 mod outcome;
 mod reads;
 mod state;
@@ -24,6 +25,7 @@ mod transfers;
 pub use access::{Access, AuditRecord, TokenRecord, AUDIT_CAP, MAX_FIELD};
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{CellMember, Command, Entry};
+pub use failover::{AutoMove, FailoverPolicy};
 pub use outcome::{Applied, Outcome, OwnershipEvent, RegistryError};
 pub use reads::{HistoryError, OwnedShard};
 pub use state::{CellRecord, Handover, Move, RegionState, RegistryState, SealReport, ShardRecord, ShardState, HISTORY_CAP};

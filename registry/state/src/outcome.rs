@@ -2,7 +2,7 @@
 //! that `WatchOwnership` streams.
 
 use crate::state::{CellRecord, RegionState, ShardRecord};
-use holdfast_core::{CellId, Epoch, ErrorCode, NamespaceConfig, RegionId, Revision, ShardKey};
+use holdfast_core::{CellId, Epoch, ErrorCode, NamespaceConfig, NamespaceName, RegionId, Revision, ShardKey};
 use serde::{Deserialize, Serialize};
 
 /// The result of one apply.
@@ -46,6 +46,11 @@ pub enum Outcome {
     Retired {
         cell: CellId,
         record: CellRecord,
+    },
+    /// A namespace's automatic failover as it now is (`None`: off).
+    AutoFailover {
+        ns: NamespaceName,
+        policy: Option<crate::failover::FailoverPolicy>,
     },
 }
 

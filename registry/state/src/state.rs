@@ -134,6 +134,10 @@ pub struct RegistryState {
     /// snapshots, written before it existed, still load (with none).
     #[serde(skip)]
     pub(crate) access: Access,
+    /// Namespaces opted in to automatic failover. Outside the serde of this struct too:
+    /// a snapshot carries it after the access state (format version 3).
+    #[serde(skip)]
+    pub(crate) auto_failover: BTreeMap<NamespaceName, crate::failover::FailoverPolicy>,
 }
 
 /// The per-apply context: the entry's timestamp and the events produced so far.
@@ -179,6 +183,7 @@ impl RegistryState {
             Command::Revoke { grant } => self.access.revoke(grant).map(|version| Outcome::Access { version }).map_err(RegistryError::Access),
             Command::CreateToken { token } => self.access.create_token(token).map(|version| Outcome::Access { version }).map_err(RegistryError::Access),
             Command::RevokeToken { name } => self.access.revoke_token(name).map(|version| Outcome::Access { version }).map_err(RegistryError::Access),
+            Command::SetAutoFailover { ns, policy } => self.set_auto_failover(ns, policy),
             Command::Audit { by, action, detail } => {
                 self.access.audit(entry.at_unix_ms, by, action, detail).map(|seq| Outcome::Audited { seq }).map_err(RegistryError::Access)
             }

@@ -379,3 +379,61 @@ fn a_cell_is_retired_only_once_it_owns_and_receives_nothing() {
     refused(&mut st, Command::PlaceShard { shard: key("pay", "other"), cell: cell("west-2") }, ErrorCode::InvalidArgument);
     ok(&mut st, Command::RegisterCell { cell: cell("west-2"), region: region("west"), members: members(3) });
 }
+
+#[test]
+fn automatic_failover_moves_only_opted_in_lapsed_shards_of_silent_cells_spread_over_renewing_ones() {
+    use holdfast_registry_state::FailoverPolicy;
+    use std::collections::BTreeSet;
+    let mut st = world();
+    ok(&mut st, Command::CreateNamespace { config: ns_config("ads") });
+    for i in 0..6 {
+        ok(&mut st, Command::PlaceShard { shard: key("pay", &format!("s{i}")), cell: cell("east-1") });
+        ok(&mut st, Command::PlaceShard { shard: key("ads", &format!("s{i}")), cell: cell("east-1") });
+    }
+    let renewing: BTreeSet<_> = [cell("west-1"), cell("west-2")].into();
+    let all_lapsed = |_: &holdfast_core::ShardKey| true;
+    // Off by default: nothing moves, however long east-1 has been silent.
+    assert!(st.auto_failover_moves(all_lapsed, &renewing, 100).is_empty());
+
+    refused(&mut st, Command::SetAutoFailover { ns: ns("nope"), policy: Some(FailoverPolicy { fallback: None }) }, ErrorCode::UnknownNamespace);
+    refused(&mut st, Command::SetAutoFailover { ns: ns("pay"), policy: Some(FailoverPolicy { fallback: Some(region("mars")) }) }, ErrorCode::InvalidArgument);
+    ok(&mut st, Command::SetAutoFailover { ns: ns("pay"), policy: Some(FailoverPolicy { fallback: None }) });
+    assert_eq!(st.auto_failover(&ns("pay")), Some(&FailoverPolicy { fallback: None }));
+
+    // Only pay's shards (7 with pay/default), spread evenly over the renewing cells.
+    let moves = st.auto_failover_moves(all_lapsed, &renewing, 100);
+    assert_eq!(moves.len(), 7, "{moves:?}");
+    assert!(moves.iter().all(|m| m.shard.ns.as_str() == "pay" && m.from_cell == cell("east-1")));
+    let to_w1 = moves.iter().filter(|m| m.to_cell == cell("west-1")).count();
+    assert!((3..=4).contains(&to_w1), "{moves:?}");
+    // At most `limit` at a time; none while the lease still covers a shard; none off a
+    // cell that renews (its lease lapsed for another reason: a shard it lost); none
+    // with no renewing cell to go to.
+    assert_eq!(st.auto_failover_moves(all_lapsed, &renewing, 2).len(), 2);
+    assert!(st.auto_failover_moves(|_: &holdfast_core::ShardKey| false, &renewing, 100).is_empty());
+    let everyone: BTreeSet<_> = [cell("east-1"), cell("west-1"), cell("west-2")].into();
+    assert!(st.auto_failover_moves(all_lapsed, &everyone, 100).is_empty());
+    assert!(st.auto_failover_moves(all_lapsed, &BTreeSet::new(), 100).is_empty());
+    // A shard already moving is left to its move.
+    ok(&mut st, Command::BeginMove { shard: key("pay", "s0"), to_cell: cell("west-2"), planned: false });
+    assert!(!st.auto_failover_moves(all_lapsed, &renewing, 100).iter().any(|m| m.shard == key("pay", "s0")));
+
+    // A fallback region is taken first; a draining region's cells never.
+    ok(&mut st, Command::CreateRegion { region: region("south") });
+    ok(&mut st, Command::RegisterCell { cell: cell("south-1"), region: region("south"), members: members(3) });
+    ok(&mut st, Command::SetAutoFailover { ns: ns("pay"), policy: Some(FailoverPolicy { fallback: Some(region("south")) }) });
+    let renewing: BTreeSet<_> = [cell("west-1"), cell("west-2"), cell("south-1")].into();
+    let moves = st.auto_failover_moves(all_lapsed, &renewing, 100);
+    assert!(!moves.is_empty() && moves.iter().all(|m| m.to_cell == cell("south-1")), "{moves:?}");
+    ok(&mut st, Command::SetRegionState { region: region("south"), state: RegionState::Draining });
+    assert!(st.auto_failover_moves(all_lapsed, &renewing, 100).iter().all(|m| m.to_cell.as_str().starts_with("west")));
+
+    // The policy survives a snapshot; opting out stops it.
+    assert_eq!(RegistryState::restore(&st.snapshot()).unwrap(), st);
+    ok(&mut st, Command::SetAutoFailover { ns: ns("pay"), policy: None });
+    assert!(st.auto_failover_moves(all_lapsed, &renewing, 100).is_empty());
+    // A version 2 snapshot (before automatic failover) still loads, with none.
+    let plain = world();
+    let v2 = holdfast_core::codec::encode_versioned(b"HFRS", 2, &(&plain, plain.access()));
+    assert_eq!(RegistryState::restore(&v2).unwrap(), plain);
+}

@@ -13,6 +13,10 @@ pub fn cell(s: &str) -> CellId {
     CellId::new(s).unwrap()
 }
 
+pub fn ns(s: &str) -> NamespaceName {
+    NamespaceName::new(s).unwrap()
+}
+
 pub fn key(ns: &str, shard: &str) -> ShardKey {
     ShardKey::new(NamespaceName::new(ns).unwrap(), ShardName::new(shard).unwrap())
 }
