@@ -319,6 +319,17 @@ output "cells" {{ value = module.t.cells }}
     assert_eq!((&after["lock_delay_ms"], &after["ttl_max_ms"]), (&before["lock_delay_ms"], &before["ttl_max_ms"]), "{before} -> {after}");
     assert!(!op.run(&["ns", "update", "orders"]).status.success(), "an update of nothing succeeded");
 
+    // --- Automatic failover: off by default, turned on with a fallback, shown, off again.
+    let shown = op.json(&["ns", "auto-failover", "orders", "-o", "json"]);
+    assert_eq!((&shown["enabled"], &shown["fallback_region"]), (&Value::Bool(false), &Value::Null), "{shown}");
+    let on = op.json(&["ns", "auto-failover", "orders", "--on", "--fallback", "west", "-o", "json"]);
+    assert_eq!((&on["enabled"], on["fallback_region"].as_str()), (&Value::Bool(true), Some("west")), "{on}");
+    assert_eq!(op.json(&["ns", "auto-failover", "orders", "-o", "json"]), on);
+    let bad = op.run(&["ns", "auto-failover", "orders", "--on", "--fallback", "mars"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("mars"), "{bad:?}");
+    let off = op.json(&["ns", "auto-failover", "orders", "--off", "-o", "json"]);
+    assert_eq!(off["enabled"], false, "{off}");
+
     // --- The lock's next holder, in its new home, gets a larger token.
     let second = acquire("3000");
     let second_token: u64 = second["token"].as_str().unwrap().parse().unwrap();
