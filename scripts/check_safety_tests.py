@@ -296,7 +296,11 @@ def target_dir(repo: str) -> str:
 
 
 def mutants_env() -> dict:
-    return dict(os.environ, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"))
+    # Incremental compilation: a mutant changes a line or two of one crate, and rustc
+    # then recompiles only what the change touched (the first build of each package
+    # set compiles our crates in full, once). Measured: the 13 mutants of the cell's
+    # unit tests in 50 s instead of 147 s.
+    return dict(os.environ, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"), CARGO_INCREMENTAL="1")
 
 
 def workspace_crates(repo: str) -> set:
