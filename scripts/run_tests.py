@@ -7,7 +7,7 @@ a few at once cuts the suite's wall time without starving anyone (docs/developme
 "CI time"). Each binary runs as cargo would run it: from its package's directory, with
 the arguments after `--` (scripts/test.sh passes `--test-threads=2`).
 
-    scripts/run_tests.py [--jobs N] [--heavy KEY ...] [--beside A=B ...] [--no-fail-fast] [--timeout S]
+    scripts/run_tests.py [--jobs N] [--heavy KEY ...] [--no-fail-fast] [--timeout S]
                          --suite="CARGO ARGS" [--suite=...] [-- TEST ARGS]
 
 --suite      one `cargo test` selection, e.g. --suite=--workspace or
@@ -17,9 +17,6 @@ the arguments after `--` (scripts/test.sh passes `--test-threads=2`).
 --heavy      a binary (by its key, e.g. "cli test:drill") that runs no other heavy
              one beside it: those that start many processes or burn CPU, whose
              short TTLs starve when they share 2 cores (a drill's 2 s session lost)
---beside     A=B: two heavy binaries that may run side by side all the same (the
-             simulation, whose clock is simulated so no starvation can fail it, beside
-             one that needs little CPU)
 --timeout    seconds one binary may take before it is killed and counted failed (1500)
 --no-fail-fast  run everything even after a failure (default: stop at the first)
 
@@ -92,7 +89,6 @@ def main() -> int:
     ap.add_argument("--suite", action="append", required=True)
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
     ap.add_argument("--heavy", action="append", default=[])
-    ap.add_argument("--beside", action="append", default=[])
     ap.add_argument("--timeout", type=float, default=1500)
     ap.add_argument("--no-fail-fast", action="store_true")
     argv = sys.argv[1:]
@@ -127,14 +123,8 @@ def main() -> int:
     last_note = ran_from
     while pending or running:
         while len(running) < a.jobs and (not failed or a.no_fail_fast):
-            pairs = {frozenset(p.split("=", 1)) for p in a.beside}
-
-            def fits(j):
-                # A heavy binary waits while another heavy one runs, unless the two are
-                # a pair allowed side by side.
-                return j.key not in a.heavy or all(r.key not in a.heavy or frozenset((r.key, j.key)) in pairs for r in running)
-
-            job = next((j for j in pending if fits(j)), None)
+            heavy_running = any(j.key in a.heavy for j in running)
+            job = next((j for j in pending if not (heavy_running and j.key in a.heavy)), None)
             if job is None:
                 break
             pending.remove(job)
