@@ -100,8 +100,9 @@ timed() {
 # 1. With the fencing confirmed; the planned evacuation and its rollback first, as the anchor.
 start_playground confirmed
 place_shards | tee -a "$out/README"
-timed evacuate "$bin" drill evacuate --region south --state-dir "$work/evac"
-timed rollback "$bin" drill evacuate --region south --rollback --state-dir "$work/evac"
+# In waves of 100 like the failover (the evacuation's default is 2, for a gentle drill).
+timed evacuate "$bin" drill evacuate --region south --max-wave 100 --timeout-s 1800 --state-dir "$work/evac"
+timed rollback "$bin" drill evacuate --region south --rollback --max-wave 100 --timeout-s 1800 --state-dir "$work/evac"
 "$bin" drill fault kill-region --region south >"$out/kill-confirmed.txt"
 timed failover-confirmed "$bin" region failover south --fence-confirmed --reason "region-failover.sh killed south" --out "$out/failover-confirmed"
 stop_dev

@@ -30,6 +30,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const POLL: Duration = Duration::from_millis(250);
+/// Moves sent to the registry at once.
+const IN_FLIGHT: usize = 32;
 
 #[derive(Debug, Args)]
 pub struct FailoverArgs {
@@ -135,22 +137,34 @@ pub async fn run(a: FailoverArgs) -> Result<(), String> {
     for (i, wave) in waves.iter().enumerate() {
         rec.record(EventKind::WaveStarted { wave: i as u32 });
         let begun = Instant::now();
-        for m in &wave.moves {
-            let req = rpb::MoveShardRequest {
-                ns: m.ns.to_string(),
-                shard: m.shard.to_string(),
-                to_cell: m.to_cell.to_string(),
-                planned: false,
-                fence_confirmed: a.fence_confirmed,
-                reason: reason.clone(),
-            };
-            match reg.move_shard(req).await {
+        // A wave's moves are sent IN_FLIGHT at a time: the registry's Raft log takes
+        // concurrent proposals in one append, where one at a time paid a commit (three,
+        // with the fence confirmed: the audit record, the begin, the completion) each.
+        let mut sent = tokio::task::JoinSet::new();
+        let mut moves = wave.moves.iter();
+        loop {
+            while sent.len() < IN_FLIGHT {
+                let Some(m) = moves.next() else { break };
+                let req = rpb::MoveShardRequest {
+                    ns: m.ns.to_string(),
+                    shard: m.shard.to_string(),
+                    to_cell: m.to_cell.to_string(),
+                    planned: false,
+                    fence_confirmed: a.fence_confirmed,
+                    reason: reason.clone(),
+                };
+                let reg = reg.clone();
+                sent.spawn(async move { (reg.move_shard(req.clone()).await, req) });
+            }
+            let Some(done) = sent.join_next().await else { break };
+            let (answer, req) = done.map_err(|e| format!("a move's task failed: {e}"))?;
+            match answer {
                 Ok(_) => {}
                 // Moving already: an earlier run began it.
                 Err(s) if code_of(&s) == Some(holdfast_core::ErrorCode::Moving) => {}
-                Err(s) => return Err(format!("moving {}/{} to {}: {}", m.ns, m.shard, m.to_cell, one_line(&s))),
+                Err(s) => return Err(format!("moving {}/{} to {}: {}", req.ns, req.shard, req.to_cell, one_line(&s))),
             }
-            in_flight.insert(Key { ns: m.ns.to_string(), shard: m.shard.to_string() });
+            in_flight.insert(Key { ns: req.ns, shard: req.shard });
         }
         moved += settle(&reg, &cells, &mut in_flight, &rec, deadline).await?;
         rec.record(EventKind::WaveEnded { wave: i as u32 });

@@ -23,6 +23,8 @@ const TICK: Duration = Duration::from_millis(50);
 /// The most automatic-failover moves begun in one round (one round per renewal
 /// period): a lost region's thousands of shards go in waves, not one burst of writes.
 const AUTO_FAILOVER_WAVE: usize = 200;
+/// Completions proposed at once.
+const COMPLETE_IN_FLIGHT: usize = 64;
 /// Who the audit log says began an automatic failover's move.
 pub const AUTO_FAILOVER_BY: &str = "registry:auto-failover";
 
@@ -103,6 +105,50 @@ fn ready_moves(reg: &Registry) -> Vec<Ready> {
     })
 }
 
+/// Completes the moves that are ready, up to [`COMPLETE_IN_FLIGHT`] proposals at once
+/// (a lost region's thousand unplanned moves become ready together: one commit at a
+/// time made them wait about ten seconds for the last).
+async fn complete_ready(reg: &Arc<Registry>, leader: crate::registry::Leader) {
+    let mut ready = ready_moves(reg).into_iter();
+    let mut proposed = tokio::task::JoinSet::new();
+    let mut failed = false;
+    loop {
+        while !failed && proposed.len() < COMPLETE_IN_FLIGHT {
+            let Some(r) = ready.next() else { break };
+            let reg = reg.clone();
+            proposed.spawn(async move {
+                let cmd = Command::CompleteMove { shard: r.shard.clone(), epoch: r.epoch };
+                (reg.propose(leader, cmd).await, r)
+            });
+        }
+        let Some(done) = proposed.join_next().await else { return };
+        let Ok((answer, ready)) = done else { continue };
+        match answer {
+            Ok(Ok(_)) => {
+                if !ready.sealed {
+                    metrics::counter!(holdfast_core::metric_names::OWNERSHIP_LEASE_LAPSES, "cell" => ready.from.to_string()).increment(1);
+                }
+                info!(
+                    shard = %ready.shard,
+                    from = %ready.from,
+                    cell = %ready.to,
+                    epoch = ready.epoch.0 + 1,
+                    reason = if ready.sealed { "source sealed" } else { "source lease ran out" },
+                    "shard transferred"
+                )
+            }
+            // The state moved on (aborted, or completed by ReportSealed).
+            Ok(Err(e)) => debug!(shard = %ready.shard, error = %e, "completion refused"),
+            Err(s) => {
+                // Not committed (leadership lost, say): propose no more this round; the
+                // next round reads the state again.
+                warn!(shard = %ready.shard, error = %s.message(), "completion not committed; trying again");
+                failed = true;
+            }
+        }
+    }
+}
+
 /// The moves automatic failover would begin now. Under the leases lock, like
 /// [`ready_moves`]: a shard judged lapsed here was listed by no renewal since.
 fn auto_failover_moves(reg: &Registry) -> Vec<AutoMove> {
@@ -145,30 +191,7 @@ async fn duties(reg: &Arc<Registry>, term: u64, shutdown: &CancellationToken) {
             let renew = reg.hooks.leases.lock().expect("leases lock").as_ref().map_or(Duration::from_secs(1), |l| l.renew());
             next_auto = Instant::now() + renew;
         }
-        for ready in ready_moves(reg) {
-            let cmd = Command::CompleteMove { shard: ready.shard.clone(), epoch: ready.epoch };
-            match reg.propose(leader, cmd).await {
-                Ok(Ok(_)) => {
-                    if !ready.sealed {
-                        metrics::counter!(holdfast_core::metric_names::OWNERSHIP_LEASE_LAPSES, "cell" => ready.from.to_string()).increment(1);
-                    }
-                    info!(
-                    shard = %ready.shard,
-                    from = %ready.from,
-                    cell = %ready.to,
-                    epoch = ready.epoch.0 + 1,
-                    reason = if ready.sealed { "source sealed" } else { "source lease ran out" },
-                    "shard transferred"
-                    )
-                }
-                // The state moved on (aborted, or completed by ReportSealed).
-                Ok(Err(e)) => debug!(shard = %ready.shard, error = %e, "completion refused"),
-                Err(s) => {
-                    warn!(shard = %ready.shard, error = %s.message(), "completion not committed; trying again");
-                    break;
-                }
-            }
-        }
+        complete_ready(reg, leader).await;
         tokio::select! {
             _ = tokio::time::sleep(TICK) => {}
             _ = shutdown.cancelled() => {}
