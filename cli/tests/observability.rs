@@ -263,7 +263,7 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
                 }
             }
             assert!(Instant::now() < end, "no east node served `{want}` within 20 s");
-            std::thread::sleep(Duration::from_millis(250));
+            tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(250)));
         }
     };
     // The leader's gauge (refreshed every second) counts the waiter.
