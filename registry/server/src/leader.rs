@@ -26,7 +26,7 @@ const AUTO_FAILOVER_WAVE: usize = 200;
 /// Completions proposed at once.
 const COMPLETE_IN_FLIGHT: usize = 64;
 /// Who the audit log says began an automatic failover's move.
-pub const AUTO_FAILOVER_BY: &str = "registry:auto-failover";
+const AUTO_FAILOVER_BY: &str = "registry:auto-failover";
 
 /// Timing of the ownership leases.
 #[derive(Debug, Clone, Copy)]

@@ -26,6 +26,8 @@ pub struct OwnershipLeases {
     lease: Duration,
     renew: Duration,
     grace: Duration,
+    /// [`LeaseTimings::fence_window`]: how long a live cell leader's renewals may pause.
+    fence_window: Duration,
     /// Leases granted by earlier leaders may run until here.
     inherited_until: Instant,
     /// From here on this leader has heard every live cell leader (they renew every
@@ -45,6 +47,7 @@ impl OwnershipLeases {
             lease: t.lease,
             renew: t.renew,
             grace: t.grace,
+            fence_window: t.fence_window(),
             inherited_until: elected + t.lease,
             settled_at: elected + t.fence_window(),
             granted_until: HashMap::new(),
@@ -59,6 +62,12 @@ impl OwnershipLeases {
     /// How often cells are told to renew.
     pub fn renew(&self) -> Duration {
         self.renew
+    }
+
+    /// Several renewal periods ([`LeaseTimings::fence_window`]): a cell leader silent
+    /// for longer is not renewing, and its term is forgotten.
+    pub fn fence_window(&self) -> Duration {
+        self.fence_window
     }
 
     /// Records `cell`'s renewal answered at `now`, which lists `shards`.
@@ -78,11 +87,10 @@ impl OwnershipLeases {
         now >= self.settled_at
     }
 
-    /// The cells whose renewals this leader answered within the last `renew * 3`: those
+    /// The cells whose renewals this leader answered within the last fence window: those
     /// alive and reaching the registry (automatic failover moves shards only to them).
     pub fn renewing(&self, now: Instant) -> BTreeSet<CellId> {
-        let window = self.renew * 3;
-        self.renewed_at.iter().filter(|(_, at)| now.saturating_duration_since(**at) <= window).map(|(c, _)| c.clone()).collect()
+        self.renewed_at.iter().filter(|(_, at)| now.saturating_duration_since(**at) <= self.fence_window).map(|(c, _)| c.clone()).collect()
     }
 
     /// Until when some cell may still serve `shard` under a lease.

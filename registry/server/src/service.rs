@@ -435,23 +435,23 @@ impl RegistryService for RegistryApi {
         self.reg.lease_check().await?;
         // A leader that has not built its leases yet cannot fence a deposed cell leader
         // (it would fence with a lease of zero, issue #42): the cell retries shortly.
-        let (renew, settled) = self
+        let (fence_window, settled) = self
             .reg
             .hooks
             .leases
             .lock()
             .expect("leases lock")
             .as_ref()
-            .map(|l| (l.renew(), l.settled(Instant::now())))
+            .map(|l| (l.fence_window(), l.settled(Instant::now())))
             .ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly"))?;
-        // A live cell leader renews every `renew`: three of them without a renewal in its
-        // term and the term is forgotten (a cell formed again from empty disks starts
-        // over at term 1).
-        self.fence_cell_term(&cell, r.leader_term, renew * 3)?;
+        // A live cell leader renews every renewal period: a fence window without a
+        // renewal in its term and the term is forgotten (a cell formed again from empty
+        // disks starts over at term 1).
+        self.fence_cell_term(&cell, r.leader_term, fence_window)?;
         self.reconcile_adoption(&cell, &serving, settled).await?;
         // Under the leases lock, so the leader duty never judges a shard's lease over
         // between this read of the state and the record of the grant.
-        let (lease, owned, configs) = {
+        let (lease, renew, owned, configs) = {
             let mut guard = self.reg.hooks.leases.lock().expect("leases lock");
             let leases = guard.as_mut().ok_or_else(|| status(ErrorCode::Unavailable, "the registry leader is still starting; retry shortly"))?;
             let (owned, configs) = self
@@ -468,7 +468,7 @@ impl RegistryService for RegistryApi {
                 })
                 .map_err(|e| registry_status(&e))?;
             leases.granted(Instant::now(), &cell, owned.iter().map(|o| &o.shard));
-            (leases.lease(), owned, configs)
+            (leases.lease(), leases.renew(), owned, configs)
         };
         debug!(cell = %cell, shards = owned.len(), "ownership lease renewed");
         let shards = owned
