@@ -206,7 +206,7 @@ MUTANTS = [
      "if false && !before(released.get(&(lock, token))) && !before(closed.get(&session)) {",
      ["-p", "holdfast-drills", "--test", "checker"]),
     ("the checker misses a grant during the lock-delay", "drills/src/checker.rs",
-     "let until = history.events[i].t_ms.saturating_add(delay);", "let until = history.events[i].t_ms;",
+     "let until = history.events[i].t_ms.saturating_add(delay - allowed);", "let until = history.events[i].t_ms;",
      ["-p", "holdfast-drills", "--test", "checker"]),
     ("the checker misses a grant to a session that had ended", "drills/src/checker.rs",
      "                if let Some(&end) = ended.get(session) {", "                if let Some(&end) = ended.get(session).filter(|_| false) {",

@@ -50,7 +50,8 @@
 //!    namespace's lock-delay (`LockDelaySet`) after a hold of it at e ended any way
 //!    but a release or a move (`CellHoldEnded`): its holder may still be acting on
 //!    the resource. The leader counts the delay from its own apply of the end, never
-//!    before the first replica's, so a correct cell grants no earlier than this.
+//!    before the first replica's, so a correct cell grants no earlier than this, less
+//!    the part of the delay its clock may run fast by (0.1 %: 5 ms of 5 s).
 //! 10. [`ViolationKind::GrantToEndedSession`]: the simulation only: a replica applied
 //!     a grant to a session (`CellHoldBegan`) after a replica had applied that
 //!     session's end (`CellSessionEnded`; the first line of each counts). Every
@@ -581,7 +582,10 @@ fn lock_delay_kept(history: &History, at: &dyn Fn(usize) -> EventRef, out: &mut 
             continue;
         }
         let delay = delay_at(&lock.ns, i);
-        let until = history.events[i].t_ms.saturating_add(delay);
+        // The leader measures the delay on its own clock, which may run fast by the
+        // stated bound on clock rates (the simulation drifts every host's clock up to it).
+        let allowed = holdfast_core::clock_rate_allowance(std::time::Duration::from_millis(delay)).as_millis() as u64;
+        let until = history.events[i].t_ms.saturating_add(delay - allowed);
         let early = first_grant
             .iter()
             .filter(|((l, token), &g)| *l == lock && token.epoch() == ended.epoch() && *token > ended && g > i && history.events[g].t_ms < until);

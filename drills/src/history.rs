@@ -84,6 +84,9 @@ pub enum FaultKind {
     /// voters and from the gateways of other regions, a gateway in it from the
     /// registry too (the simulation with moves).
     RegionCut,
+    /// A node's monotonic clock runs fast, by the parts per million its target names
+    /// (`host +Nppm`), for the whole run (the simulation).
+    ClockRate,
 }
 
 impl fmt::Display for LockKey {

@@ -380,6 +380,29 @@ fn a_grant_within_the_lock_delay_is_found() {
     assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
 }
 
+/// The lock-delay is measured on the cell leader's clock, which may run fast by the
+/// stated bound on clock rates (0.1 %, `holdfast_core::clock_rate_allowance`): a grant
+/// that much early is none of a violation, a millisecond more is.
+#[test]
+fn the_lock_delay_allows_the_clock_rate_bound_and_no_more() {
+    let l = lock("settle-10b");
+    for (after, fine) in [(9_990, true), (9_989, false)] {
+        let mut r = clean();
+        r.ev(EventKind::LockDelaySet { ns: l.ns.clone(), ms: 10_000 });
+        r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 1) });
+        r.ev(EventKind::CellHoldEnded { lock: l.clone(), token: tok(1, 1), session: SessionId(1), reason: EndReason::Expired });
+        // The recorder steps 10 ms a line.
+        r.t += after - 10;
+        r.ev(EventKind::CellGranted { lock: l.clone(), token: tok(1, 2) });
+        let report = check(&r.h);
+        if fine {
+            assert!(report.is_clean(), "a grant {after} ms after: {:#?}", report.violations);
+        } else {
+            only(&report, ViolationKind::GrantDuringLockDelay);
+        }
+    }
+}
+
 /// The simulation's stamps: no replica applies a grant to a session after a replica
 /// applied that session's end (a dead waiter granted: a lock held for good).
 #[test]

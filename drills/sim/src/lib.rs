@@ -16,6 +16,7 @@
 //! into a drills history, and writes through the fencing helper to a simulated
 //! resource; the drills' checker reads the whole history afterwards.
 
+mod drift;
 mod net;
 mod regions;
 mod stamps;
@@ -27,6 +28,7 @@ use holdfast_drills::observe::{OwnerSeen, Owners};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use drift::{Lead, BOUND_PPM};
 pub use workload::Workload;
 
 /// The nodes of each cell and of the registry.
@@ -74,6 +76,11 @@ pub struct Options {
     /// node of another group (`workload::Faults`). On by default; off
     /// (`--no-overlapping-faults`) replays the histories of the seeds run before it was.
     pub overlapping_faults: bool,
+    /// Clock-rate drift: each host's clock runs fast by a rate drawn in `0..=` this many
+    /// parts per million (`drift.rs`). The stated bound ([`BOUND_PPM`]) by default;
+    /// 0 (`--drift-ppm 0`) replays the histories of the seeds run before drift was in
+    /// the schedule; above the bound, the checker should find what it breaks.
+    pub drift_ppm: u32,
     /// Real time slept after every step (`--real-pause-us`): the machine's clock runs
     /// on while simulated time does not. A seed's history must not change with it;
     /// the replay test runs one process slowed so (docs/simulation.md).
@@ -96,6 +103,7 @@ impl Options {
             power_cuts: true,
             region_faults: true,
             overlapping_faults: true,
+            drift_ppm: BOUND_PPM,
             real_pause: Duration::ZERO,
         }
     }
@@ -167,6 +175,8 @@ pub struct Outcome {
     pub simulated: Duration,
     /// Grants the workers saw: a run without any checked nothing.
     pub grants: usize,
+    /// How far each drifting host's clock had got ahead when last measured.
+    pub leads: Vec<Lead>,
 }
 
 impl Outcome {
@@ -203,7 +213,7 @@ struct SimTime;
 
 impl tracing_subscriber::fmt::time::FormatTime for SimTime {
     fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        match turmoil::sim_elapsed() {
+        match drift::global_now() {
             Some(d) => write!(w, "{:>8.3}s", d.as_secs_f64()),
             None => write!(w, "{:>9}", "-"),
         }
@@ -212,7 +222,7 @@ impl tracing_subscriber::fmt::time::FormatTime for SimTime {
 
 /// The simulated time now, in ms (on any host, or in the driver between steps).
 pub(crate) fn now_ms() -> u64 {
-    turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64)
+    drift::global_now().map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The run's history, shared by the workers and the fault driver.
@@ -335,6 +345,8 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         .build();
     let layout = Layout::new(opts.moves);
     let registry = layout.registry_endpoints();
+    let log = Log::default();
+    let mut clocks = Clocks::new(opts, &log);
     // Every Raft node's disk, by host: the faults slow one now and then.
     let mut disks = std::collections::HashMap::new();
     for cell in &layout.cells {
@@ -342,19 +354,20 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
             let spec = NodeSpec { id, group: cell.hosts.clone(), election_min_ms: dice.range(400, 800), disk: memory_disk()? };
             disks.insert(spec.host().to_owned(), spec.disk.clone());
             let (cell, registry, plant) = (cell.clone(), registry.clone(), opts.plant.clone());
-            sim.host(spec.host().to_owned(), move || run_cell_node(spec.clone(), cell.clone(), registry.clone(), plant.clone()));
+            let clock = clocks.draw(spec.host());
+            sim.host(spec.host().to_owned(), move || clock.run(run_cell_node(spec.clone(), cell.clone(), registry.clone(), plant.clone())));
         }
     }
     for id in 1..=layout.registry.len() as u64 {
         let spec = NodeSpec { id, group: layout.registry.clone(), election_min_ms: dice.range(400, 800), disk: memory_disk()? };
         disks.insert(spec.host().to_owned(), spec.disk.clone());
-        sim.host(spec.host().to_owned(), move || regions::run_registry_node(spec.clone()));
+        let clock = clocks.draw(spec.host());
+        sim.host(spec.host().to_owned(), move || clock.run(regions::run_registry_node(spec.clone())));
     }
     if let Some(gw) = &layout.gateway {
-        let (name, registry) = (gw.clone(), registry.clone());
-        sim.host(gw.as_str(), move || regions::run_gateway(name.clone(), registry.clone()));
+        let (name, registry, clock) = (gw.clone(), registry.clone(), clocks.draw(gw));
+        sim.host(gw.as_str(), move || clock.run(regions::run_gateway(name.clone(), registry.clone())));
     }
-    let log = Log::default();
     // The servers' moments into the history; with RUST_LOG, their logs to stderr. Two
     // subscribers, not one with an optional layer: an absent layer counts as enabled
     // for every event, and every event and span of every crate is then built
@@ -413,12 +426,13 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
         let (ready, log, grants, workload, resource, held, seed) =
             (ready.clone(), log.clone(), grants.clone(), opts.workload.clone(), resource.clone(), held.clone(), opts.seed);
         let (endpoints, owners, done) = (layout.lock_endpoints(), owners.clone(), done.clone());
-        sim.client(workload::worker_host(w), async move {
+        let clock = clocks.draw(&workload::worker_host(w));
+        sim.client(workload::worker_host(w), clock.run(async move {
             let ends = workload.run_worker(w, seed, endpoints, owners, ready, log, grants, resource, held).await;
             done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             ends?;
             Ok(())
-        });
+        }));
     }
 
     let disks =
@@ -442,7 +456,47 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
     result.map_err(|e| format!("seed {}: {e}", opts.seed))?;
     let history = log.take();
     let report = check(&history);
-    Ok(Outcome { seed: opts.seed, history, report, simulated, grants: grants.load(std::sync::atomic::Ordering::Relaxed) })
+    let leads = clocks.leads.take();
+    Ok(Outcome { seed: opts.seed, history, report, simulated, grants: grants.load(std::sync::atomic::Ordering::Relaxed), leads })
+}
+
+/// Each host's clock rate, drawn from a generator of its own (so the rest of the
+/// schedule is the same with or without drift) and written into the history.
+struct Clocks {
+    dice: Dice,
+    bound_ppm: u32,
+    tick: Duration,
+    leads: drift::Leads,
+    log: Log,
+}
+
+/// One host's clock rate.
+#[derive(Clone)]
+struct HostClock {
+    host: String,
+    ppm: u32,
+    tick: Duration,
+    leads: drift::Leads,
+}
+
+impl HostClock {
+    fn run<F: std::future::Future>(&self, software: F) -> impl std::future::Future<Output = F::Output> {
+        drift::with_rate(self.host.clone(), self.ppm, self.tick, self.leads.clone(), software)
+    }
+}
+
+impl Clocks {
+    fn new(opts: &Options, log: &Log) -> Clocks {
+        Clocks { dice: Dice::new(opts.seed ^ 0x6472_6966_7473), bound_ppm: opts.drift_ppm, tick: opts.tick, leads: Default::default(), log: log.clone() }
+    }
+
+    fn draw(&mut self, host: &str) -> HostClock {
+        let ppm = if self.bound_ppm == 0 { 0 } else { self.dice.range(0, u64::from(self.bound_ppm) + 1) as u32 };
+        if ppm > 0 {
+            self.log.record_at(0, EventKind::FaultInjected { kind: FaultKind::ClockRate, target: format!("{host} +{ppm}ppm") });
+        }
+        HostClock { host: host.to_owned(), ppm, tick: self.tick, leads: self.leads.clone() }
+    }
 }
 
 fn memory_disk() -> Result<holdfast_raft::MemoryDisk, String> {

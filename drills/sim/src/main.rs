@@ -12,10 +12,12 @@
 //! lose what they had not synced); `--no-power-cuts` leaves that out. With moves they
 //! also pause two of the registry's three voters now and then (its quorum lost), and
 //! fault a second node of another group while the first fault lasts;
-//! `--no-region-faults` and `--no-overlapping-faults` leave those out. A server's panic takes
-//! the process down; it says which seed did it first.
+//! `--no-region-faults` and `--no-overlapping-faults` leave those out. Every host's
+//! clock runs fast by a rate drawn up to `--drift-ppm P` parts per million (the stated
+//! bound, 1,000, unless given; 0 replays the seeds run before drift). A server's panic
+//! takes the process down; it says which seed did it first.
 
-use holdfast_sim::{run, Options, DEFAULT_TICK};
+use holdfast_sim::{run, Options, BOUND_PPM, DEFAULT_TICK};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +48,9 @@ fn replay(seed: u64, opts: &Options) -> String {
     }
     if opts.moves && !opts.overlapping_faults {
         c.push_str(" --no-overlapping-faults");
+    }
+    if opts.drift_ppm != BOUND_PPM {
+        c.push_str(&format!(" --drift-ppm {}", opts.drift_ppm));
     }
     c
 }
@@ -83,7 +88,7 @@ fn in_harness(file: &str) -> bool {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--no-slow-disk] [--no-power-cuts] [--no-region-faults] [--no-overlapping-faults] [--real-pause-us U]");
+    eprintln!("usage: holdfast-sim (--seeds N [--from S] | --seed S [--history FILE]) [--moves] [--no-faults] [--plant BUG] [--until-found] [--tick-ms T] [--no-slow-disk] [--no-power-cuts] [--no-region-faults] [--no-overlapping-faults] [--drift-ppm P] [--real-pause-us U]");
     std::process::exit(2)
 }
 
@@ -115,6 +120,10 @@ fn main() {
             }
             "--until-found" => until_found = true,
             "--real-pause-us" => base.real_pause = Duration::from_micros(num()),
+            "--drift-ppm" => match num() {
+                p @ 0..=500_000 => base.drift_ppm = p as u32,
+                _ => usage(),
+            },
             "--tick-ms" => match num() {
                 t @ 1..=100 => base.tick = Duration::from_millis(t),
                 _ => usage(),

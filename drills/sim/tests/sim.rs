@@ -3,8 +3,9 @@
 
 use holdfast_core::EndReason;
 use holdfast_drills::history::{EventKind, FaultKind};
-use holdfast_sim::{run, Options};
+use holdfast_sim::{run, Options, Outcome, DEFAULT_TICK};
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 /// CI's seeds (scripts/simulate.sh runs thousands on demand).
 const SEEDS: std::ops::Range<u64> = 1..6;
@@ -43,6 +44,7 @@ fn fixed_seeds_run_clean() {
         disks_slowed += stamped(|k| matches!(k, EventKind::FaultInjected { kind: FaultKind::SlowDisk, .. }));
         power_cuts += stamped(|k| matches!(k, EventKind::FaultInjected { kind: FaultKind::PowerCut, .. }));
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --seed {seed}", o.report.violations);
+        assert_clocks_drifted(&o);
     }
     assert!(waiters_left > 0, "no waiter left a queue without a grant in seeds {SEEDS:?}");
     // The schedule slows a node's disk now and then (its log syncs take tens or
@@ -58,7 +60,8 @@ fn fixed_seeds_run_clean() {
 /// old ones diverged, and tokens were issued twice (`TokenDidNotGrow`, 37 violations).
 #[test]
 fn a_cell_that_loses_power_comes_back_without_reissuing_a_token() {
-    let o = run(&Options::new(0)).unwrap_or_else(|e| panic!("{e}"));
+    // The schedule the bug was found on: without clock drift (it came later).
+    let o = run(&Options { drift_ppm: 0, ..Options::new(0) }).unwrap_or_else(|e| panic!("{e}"));
     let cuts = o.history.events.iter().filter(|e| matches!(e.kind, EventKind::FaultInjected { kind: FaultKind::PowerCut, .. })).count();
     assert!(cuts > 0, "seed 0 cut no power: the schedule changed; pick a seed with a power cut");
     assert!(o.grants > 0);
@@ -135,4 +138,24 @@ fn fixed_seeds_with_moves_run_clean() {
         assert!(epochs.iter().filter(|e| **e > 1).all(|e| transferred.contains(e)), "seed {seed}: grants at {epochs:?}, transfers stamped at {transferred:?}");
         assert!(o.is_clean(), "seed {seed}: {:?}\nreplay: scripts/simulate.sh --moves --seed {seed}", o.report.violations);
     }
+}
+
+/// Every host's clock ran fast at the rate drawn for it, up to the stated bound
+/// (drills/sim/src/drift.rs): what each had gained when last measured is its rate over
+/// that time, give or take the millisecond it is corrected by and a step; and the
+/// rates were written into the history. A host whose clock jumps were taken back by
+/// turmoil's step would show no lead at all.
+fn assert_clocks_drifted(o: &Outcome) {
+    let seed = o.seed;
+    let rates = o.history.events.iter().filter(|e| matches!(e.kind, EventKind::FaultInjected { kind: FaultKind::ClockRate, .. })).count();
+    assert!(rates > 0 && rates >= o.leads.len() && !o.leads.is_empty(), "seed {seed}: {rates} clock rates in the history, {} hosts measured", o.leads.len());
+    let ms = Duration::from_millis;
+    let mut far = 0;
+    for l in &o.leads {
+        assert!(l.ppm <= holdfast_sim::BOUND_PPM, "seed {seed}: {l:?} is past the bound");
+        let expected = l.over * l.ppm / 1_000_000;
+        assert!(l.ahead <= expected + ms(1) && l.ahead + ms(3) + DEFAULT_TICK >= expected, "seed {seed}: {l:?}: about {expected:?} ahead expected");
+        far += usize::from(l.ahead >= ms(20));
+    }
+    assert!(far > 0, "seed {seed}: no host's clock got 20 ms ahead: {:?}", o.leads);
 }
