@@ -309,7 +309,7 @@ pub enum ShardCmd {
         unplanned: bool,
         /// With --unplanned: you have confirmed the source's cells are down or cut off
         /// from every client, so the move completes at once instead of after the source's
-        /// ownership lease (30 minutes by default). Audited with --reason. What still
+        /// ownership lease (35 minutes by default). Audited with --reason. What still
         /// holds then, and what does not: docs/guarantees.md.
         #[arg(long, requires_all = ["unplanned", "reason"])]
         fence_confirmed: bool,

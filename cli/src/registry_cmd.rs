@@ -38,7 +38,7 @@ pub struct RunArgs {
     #[arg(long)]
     metrics_addr: Option<String>,
     /// How long one ownership renewal lets a cell serve its shards, ms (the config's
-    /// `ownership_lease_ms`; default 30 minutes: docs/registry.md, "Static stability").
+    /// `ownership_lease_ms`; default 35 minutes: docs/registry.md, "Static stability").
     #[arg(long)]
     ownership_lease_ms: Option<u64>,
 }

@@ -237,7 +237,7 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     assert!(zombie, "the checker must see the paused holder's late write accepted: {r}");
 
     // Issue #43: a region lost, failed over in one command. Its processes are killed;
-    // without a confirmation the moves wait out the 30-minute lease (the command gives
+    // without a confirmation the moves wait out the 35-minute lease (the command gives
     // up here, the moves in flight), and `--abort` from another command leaves every
     // shard with its one owner. With the fencing confirmed, every shard of the region
     // lands on the other regions' cells at once, none of them taking more than 60 %.

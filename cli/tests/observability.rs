@@ -174,7 +174,7 @@ const ON_EVENTS: &[&str] = &[
     "holdfast_gateway_rate_limited_total",
     "holdfast_gateway_stale_routes_total",
     "lock_admin_break_total",
-    // An unplanned move completes on a lapsed lease only 30 minutes after its source
+    // An unplanned move completes on a lapsed lease only 35 minutes after its source
     // went quiet; this test's move is fence-confirmed.
     "holdfast_ownership_lease_lapses_total",
 ];
@@ -289,13 +289,13 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
         }
         assert_eq!(owner_on_page(&dom, "demo/default"), Some(("east-1".to_owned(), "1".to_owned())), "{dom}");
         // The registry's leader and quorum, read from its voters, and each cell's lease
-        // time left (the production 30 minutes, renewed every second).
+        // time left (the production 35 minutes, renewed every second).
         assert!(dom.contains(r#"<p class="ok" id="registry-health">leader node "#) && dom.contains("quorum acknowledged it"), "{dom}");
         assert!(dom.matches(r#"<td class="lease ok">29 min "#).count() >= 3, "each region's cell shows its lease left: {dom}");
     }
     let grpc = v["regions"]["east"]["gateway"]["grpc"].as_str().unwrap();
     // Unplanned, the fencing confirmed: the playground's ownership lease is the
-    // production 30 minutes, which an unconfirmed move would wait out.
+    // production 35 minutes, which an unconfirmed move would wait out.
     let out = holdfast_at(&data)
         .args([
             "shard",

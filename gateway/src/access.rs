@@ -289,7 +289,7 @@ mod tests {
 
     #[test]
     fn a_stale_copy_fails_closed_except_for_nodes_and_root() {
-        // The copy is served on for `extend` (30 minutes in production) with the
+        // The copy is served on for `extend` (35 minutes in production) with the
         // registry away; older, it fails closed.
         let a = Access { extend: Duration::from_millis(50), ..Access::new(true) };
         let token = BearerToken::generate("ci").unwrap();

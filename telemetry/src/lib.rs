@@ -112,7 +112,7 @@ fn describe() {
     describe_gauge!(
         OWNERSHIP_LEASE_REMAINING,
         Unit::Seconds,
-        "On a cell's leader: how long its ownership lease from the registry has left (less its margin); renewed every second, so it stays near the lease (30 minutes) unless the registry is away. 0 on followers."
+        "On a cell's leader: how long its ownership lease from the registry has left (less its margin); renewed every second, so it stays near the lease (35 minutes) unless the registry is away. 0 on followers."
     );
     describe_counter!(SESSIONS_EXPIRED, "Sessions this cell expired because their countdown ran out, by namespace.");
     describe_counter!(GATEWAY_STALE_ROUTES, "Calls a cell refused because the gateway's placement was stale (refreshed and retried once), by namespace.");

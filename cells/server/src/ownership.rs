@@ -72,7 +72,7 @@ impl OwnershipLease {
     pub fn renewed(&mut self, sent: Instant, now: Instant, lease: Duration, listed: &[Listed], lock_delay: impl Fn(&ShardKey) -> Duration) {
         // Counted from the send: the registry counts from a later instant, so the
         // cell's view always ends first. The margin, and 0.1 % of the lease, cover
-        // clock-rate differences (a 30-minute lease: 1.8 s more).
+        // clock-rate differences (a 35-minute lease: 2.1 s more).
         let margin = self.margin + holdfast_core::clock_rate_allowance(lease);
         self.until = lease.checked_sub(margin).map(|l| sent + l);
         let mut next = HashMap::new();
@@ -256,7 +256,7 @@ mod tests {
         assert_eq!(late.code, ErrorCode::Unavailable);
         assert!(!lease.held(end));
         assert_eq!(lease.left(end - Duration::from_millis(10), &key("a"), Epoch(1)), Duration::from_millis(10));
-        // A 30-minute lease ends 1.8 s earlier for clock rates.
+        // A 35-minute lease ends 2.1 s earlier for clock rates.
         let mut long = OwnershipLease::new(MARGIN);
         let thirty = Duration::from_secs(1_800);
         long.renewed(t0, t0, thirty, &[listed("a", 1)], |_| Duration::ZERO);

@@ -64,7 +64,7 @@ pub struct DevArgs {
     unsafe_plant: Option<String>,
     /// The registry's ownership lease, ms: how long a cell cut off from the registry
     /// serves its shards, and how long an unconfirmed `shard move --unplanned` or
-    /// `region failover` waits (docs/registry.md). Default the production 30 minutes;
+    /// `region failover` waits (docs/registry.md). Default the production 35 minutes;
     /// shorter for a drill or a benchmark of failover. Not remembered in dev.json.
     #[arg(long)]
     ownership_lease_ms: Option<u64>,

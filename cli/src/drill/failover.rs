@@ -5,7 +5,7 @@
 //! surviving cells, a namespace's `--fallback` region first) and run in waves.
 //!
 //! Without `--fence-confirmed` each move completes once the source's ownership lease
-//! has run out (30 minutes by default: the region may still be serving its clients).
+//! has run out (35 minutes by default: the region may still be serving its clients).
 //! With it — the operator has confirmed the region's cells are down or cut off from
 //! every client, like a Kubernetes force delete — every move completes at once, its
 //! reason written to the registry's audit log first (docs/guarantees.md says what
@@ -74,8 +74,8 @@ pub struct FailoverArgs {
     /// or ~/.holdfast/drills/... with --endpoints).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Give up after this many seconds (default: long enough to wait out a 30-minute lease).
-    #[arg(long, default_value_t = 1_900)]
+    /// Give up after this many seconds (default: long enough to wait out a 35-minute lease).
+    #[arg(long, default_value_t = 2_200)]
     pub timeout_s: u64,
 }
 

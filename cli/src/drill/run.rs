@@ -392,7 +392,7 @@ async fn partition_scenario(ctx: &Ctx, pg: &Playground, region: &str, cut_for: D
     faults::cut(pg, region, true)?;
     println!("{region} cut off; failing its shards {} over to {target} (unplanned)", cut_shards.join(", "));
     // An SRE who cut the region off knows it serves no one: the move need not wait out
-    // its ownership lease (30 minutes by default).
+    // its ownership lease (35 minutes by default).
     let mut result = failover(ctx, &cut_shards, &target, Failover::FenceConfirmed(format!("drill: {region} cut off (network namespaces)"))).await;
 
     if result.is_ok() {

@@ -35,8 +35,9 @@ pub struct RegistryConfig {
     pub election_min_ms: u64,
     pub election_max_ms: u64,
     /// How long one ownership renewal lets a cell serve its shards, ms. Default
-    /// 1,800,000 (30 minutes): a cell serves what it owns through a registry outage (or
-    /// its region's cut from the others) this long; an unplanned move away from a cell
+    /// 2,100,000 (35 minutes): a cell serves what it owns through a registry outage (or
+    /// its region's cut from the others) this long, less its margin (2.6 s), so an
+    /// outage of 30 minutes is ridden out with minutes to spare; an unplanned move away from a cell
     /// that cannot be reached waits this long unless an operator confirms the cell is
     /// fenced off (docs/registry.md, "Static stability").
     pub ownership_lease_ms: u64,
@@ -73,7 +74,7 @@ impl RegistryConfig {
             ("region", "local".into()),
             ("raft_addr", "127.0.0.1:7201".into()),
             ("client_addr", "127.0.0.1:7200".into()),
-            ("ownership_lease_ms", 1_800_000.into()),
+            ("ownership_lease_ms", 2_100_000.into()),
             ("ownership_renew_ms", 1000.into()),
             ("ownership_grace_ms", 200.into()),
         ];
@@ -130,7 +131,7 @@ mod tests {
         std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\n").unwrap();
         let c = RegistryConfig::load(Some(&f), &[("tls.insecure", "true".into())]).unwrap();
         // Static stability: a long lease, renewed every second.
-        assert_eq!((c.ownership_lease_ms, c.ownership_renew_ms, c.ownership_grace_ms), (1_800_000, 1_000, 200));
+        assert_eq!((c.ownership_lease_ms, c.ownership_renew_ms, c.ownership_grace_ms), (2_100_000, 1_000, 200));
         std::fs::write(&f, "node_id = 1\ndata_dir = \"/tmp/r\"\nownership_lease_ms = 3000\n").unwrap();
         let c = RegistryConfig::load(Some(&f), &[("node_id", "2".into()), ("tls.insecure", "true".into())]).unwrap();
         assert_eq!((c.node_id, c.ownership_lease_ms, c.ownership_grace_ms), (2, 3000, 200));

@@ -404,7 +404,7 @@ async fn right_after_a_registry_election_a_deposed_cell_leaders_renewal_bumps_no
     reg.shutdown().await;
 }
 
-/// Issue #43: an unplanned move waits out the source's ownership lease (30 minutes by
+/// Issue #43: an unplanned move waits out the source's ownership lease (35 minutes by
 /// default) — unless an operator confirms the source is fenced off. Then it completes
 /// at once, and the confirmation and its reason are in the audit log first. It needs a
 /// reason and an unplanned move.

@@ -115,8 +115,8 @@ variable "raft" {
   description = <<-EOT
     Raft timings of every node, ms. The defaults suit nodes of one region (sub-ms
     round trips); the registry spans regions, so its elections are slower
-    (docs/guarantees.md, "Failover"). A cell's ownership lease is 30 minutes: cells
-    serve what they own through a registry outage that long (docs/registry.md,
+    (docs/guarantees.md, "Failover"). A cell's ownership lease is 35 minutes: cells
+    serve what they own through a registry outage that long, less 2.6 s (docs/registry.md,
     "Static stability"), renewing every second.
   EOT
   type = object({
@@ -135,6 +135,6 @@ variable "raft" {
     registry_heartbeat_ms    = 250
     registry_election_min_ms = 1000
     registry_election_max_ms = 2000
-    ownership_lease_ms       = 1800000
+    ownership_lease_ms       = 2100000
   }
 }
