@@ -291,7 +291,7 @@ async fn one_acquire_is_one_trace_across_processes_and_every_alerted_metric_is_s
         // The registry's leader and quorum, read from its voters, and each cell's lease
         // time left (the production 35 minutes, renewed every second).
         assert!(dom.contains(r#"<p class="ok" id="registry-health">leader node "#) && dom.contains("quorum acknowledged it"), "{dom}");
-        assert!(dom.matches(r#"<td class="lease ok">29 min "#).count() >= 3, "each region's cell shows its lease left: {dom}");
+        assert!(dom.matches(r#"<td class="lease ok">34 min "#).count() >= 3, "each region's cell shows its lease left: {dom}");
     }
     let grpc = v["regions"]["east"]["gateway"]["grpc"].as_str().unwrap();
     // Unplanned, the fencing confirmed: the playground's ownership lease is the

@@ -89,6 +89,12 @@ impl std::fmt::Display for EndReason {
 /// lease's cell margin and registry grace do (docs/registry.md).
 pub const CLOCK_RATE_BOUND_DENOMINATOR: u32 = 1_000;
 
+/// The registry's ownership lease unless configured (`ownership_lease_ms`): how long a
+/// cell serves what it owns with the registry away (docs/registry.md, "Static
+/// stability"), and how long a gateway serves on its last access policy. 35 minutes,
+/// so that a 30-minute outage is ridden out with minutes to spare.
+pub const DEFAULT_OWNERSHIP_LEASE: std::time::Duration = std::time::Duration::from_secs(35 * 60);
+
 /// The part of `span` two clocks may disagree on over it ([`CLOCK_RATE_BOUND_DENOMINATOR`]).
 pub fn clock_rate_allowance(span: std::time::Duration) -> std::time::Duration {
     span / CLOCK_RATE_BOUND_DENOMINATOR

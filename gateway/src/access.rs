@@ -30,9 +30,11 @@ use tracing::{debug, info, warn};
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// How long the gateway serves on its last copy while the registry cannot be reached:
 /// as long as the cells' default ownership lease, so a region rides out a registry
-/// outage as long as its cells do. Older than this, the copy is not trusted: callers
-/// other than nodes and `root` are refused with `UNAVAILABLE` until the registry answers.
-pub const EXTEND_CACHE: Duration = Duration::from_secs(30 * 60);
+/// outage as long as its cells do (a deployment that configures a longer lease rides
+/// out no more than this through its gateways). Older than this, the copy is not
+/// trusted: callers other than nodes and `root` are refused with `UNAVAILABLE` until the
+/// registry answers.
+pub const EXTEND_CACHE: Duration = holdfast_core::DEFAULT_OWNERSHIP_LEASE;
 
 /// What a call needs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -74,7 +74,7 @@ impl RegistryConfig {
             ("region", "local".into()),
             ("raft_addr", "127.0.0.1:7201".into()),
             ("client_addr", "127.0.0.1:7200".into()),
-            ("ownership_lease_ms", 2_100_000.into()),
+            ("ownership_lease_ms", (holdfast_core::DEFAULT_OWNERSHIP_LEASE.as_millis() as u64).into()),
             ("ownership_renew_ms", 1000.into()),
             ("ownership_grace_ms", 200.into()),
         ];
