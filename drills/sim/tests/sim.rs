@@ -105,6 +105,21 @@ fn the_planted_token_reuse_is_found_within_five_seeds() {
     panic!("five seeds ran clean with a planted token reuse");
 }
 
+/// Clock drift past the stated bound is what the checker must see: at three times it
+/// (hosts up to 0.3 % fast), a cell leader running fast ends a 5 s lock-delay early by
+/// more than the 5 ms the check allows (seed 1: 4,989-4,993 ms). So the drift and the
+/// check each can fail; within the bound, every seed above runs clean.
+#[test]
+fn clock_drift_past_the_bound_is_found() {
+    for seed in 1..=3 {
+        let o = run(&Options { drift_ppm: 3 * holdfast_sim::BOUND_PPM, ..Options::new(seed) }).unwrap_or_else(|e| panic!("{e}"));
+        if !o.is_clean() {
+            return;
+        }
+    }
+    panic!("three seeds ran clean with clocks drifting at three times the bound");
+}
+
 /// With moves: two cells, the registry and a gateway; the shard moves between the
 /// cells under the workload, and every grant is held against the registry's view.
 #[test]
