@@ -427,12 +427,15 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
             (ready.clone(), log.clone(), grants.clone(), opts.workload.clone(), resource.clone(), held.clone(), opts.seed);
         let (endpoints, owners, done) = (layout.lock_endpoints(), owners.clone(), done.clone());
         let clock = clocks.draw(&workload::worker_host(w));
-        sim.client(workload::worker_host(w), clock.run(async move {
-            let ends = workload.run_worker(w, seed, endpoints, owners, ready, log, grants, resource, held).await;
-            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            ends?;
-            Ok(())
-        }));
+        sim.client(
+            workload::worker_host(w),
+            clock.run(async move {
+                let ends = workload.run_worker(w, seed, endpoints, owners, ready, log, grants, resource, held).await;
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                ends?;
+                Ok(())
+            }),
+        );
     }
 
     let disks =
