@@ -293,14 +293,17 @@ mod tests {
     fn a_stale_copy_fails_closed_except_for_nodes_and_root() {
         // The copy is served on for `extend` (35 minutes in production) with the
         // registry away; older, it fails closed.
-        let a = Access { extend: Duration::from_millis(50), ..Access::new(true) };
+        // The copy's age is set by moving its fetch time back, a second from each side
+        // of the extension, so a slow machine between two lines changes nothing (with
+        // 1 ms of slack it failed once under load).
+        let a = Access { extend: Duration::from_secs(10), ..Access::new(true) };
         let token = BearerToken::generate("ci").unwrap();
         a.install(policy(&token));
         let holder_alpha = Need::In(Role::Holder, ns("alpha"));
         assert!(a.authorize(&user("alice"), &holder_alpha).is_ok());
-        a.copy.write().unwrap().as_mut().unwrap().fetched -= Duration::from_millis(49);
+        a.copy.write().unwrap().as_mut().unwrap().fetched -= Duration::from_secs(9);
         assert!(a.ready() && a.authorize(&user("alice"), &holder_alpha).is_ok(), "a copy within its extension was not served on");
-        a.copy.write().unwrap().as_mut().unwrap().fetched -= Duration::from_millis(2);
+        a.copy.write().unwrap().as_mut().unwrap().fetched -= Duration::from_secs(2);
         assert!(!a.ready());
         assert_eq!(code(a.authorize(&user("alice"), &holder_alpha)), Err(ErrorCode::Unavailable));
         assert_eq!(code(a.authorize(&from(None, Some(&token)), &Need::In(Role::Reader, ns("alpha")))), Err(ErrorCode::Unavailable));
