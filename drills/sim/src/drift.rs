@@ -16,6 +16,8 @@
 //! jumped, in the same step, is read as the step's end ([`global_now`]), so the
 //! checker still holds the moments of different hosts against one another.
 
+use crate::{Dice, Log, Options};
+use holdfast_drills::history::{EventKind, FaultKind};
 use std::cell::Cell;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -114,5 +116,44 @@ async fn keep_rate(host: String, ppm: u32, tick: Duration, leads: Leads) {
         tracing::debug!(target: "holdfast_sim::drift", host, ?behind, ?to_end, ?elapsed, ?on_host, "jump");
         tokio::time::advance(to_end + behind).await;
         JUMPED.with(|j| j.set(Some((Instant::now(), sim + to_end))));
+    }
+}
+
+/// Each host's clock rate, drawn from a generator of its own (so the rest of the
+/// schedule is the same with or without drift) and written into the history.
+pub(crate) struct Clocks {
+    dice: Dice,
+    bound_ppm: u32,
+    tick: Duration,
+    pub(crate) leads: Leads,
+    log: Log,
+}
+
+/// One host's clock rate.
+#[derive(Clone)]
+pub(crate) struct HostClock {
+    host: String,
+    ppm: u32,
+    tick: Duration,
+    leads: Leads,
+}
+
+impl HostClock {
+    pub(crate) fn run<F: std::future::Future>(&self, software: F) -> impl std::future::Future<Output = F::Output> {
+        with_rate(self.host.clone(), self.ppm, self.tick, self.leads.clone(), software)
+    }
+}
+
+impl Clocks {
+    pub(crate) fn new(opts: &Options, log: &Log) -> Clocks {
+        Clocks { dice: Dice::new(opts.seed ^ 0x6472_6966_7473), bound_ppm: opts.drift_ppm, tick: opts.tick, leads: Default::default(), log: log.clone() }
+    }
+
+    pub(crate) fn draw(&mut self, host: &str) -> HostClock {
+        let ppm = if self.bound_ppm == 0 { 0 } else { self.dice.range(0, u64::from(self.bound_ppm) + 1) as u32 };
+        if ppm > 0 {
+            self.log.record_at(0, EventKind::FaultInjected { kind: FaultKind::ClockRate, target: format!("{host} +{ppm}ppm") });
+        }
+        HostClock { host: host.to_owned(), ppm, tick: self.tick, leads: self.leads.clone() }
     }
 }

@@ -346,7 +346,7 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
     let layout = Layout::new(opts.moves);
     let registry = layout.registry_endpoints();
     let log = Log::default();
-    let mut clocks = Clocks::new(opts, &log);
+    let mut clocks = drift::Clocks::new(opts, &log);
     // Every Raft node's disk, by host: the faults slow one now and then.
     let mut disks = std::collections::HashMap::new();
     for cell in &layout.cells {
@@ -461,45 +461,6 @@ pub fn run(opts: &Options) -> Result<Outcome, String> {
     let report = check(&history);
     let leads = clocks.leads.take();
     Ok(Outcome { seed: opts.seed, history, report, simulated, grants: grants.load(std::sync::atomic::Ordering::Relaxed), leads })
-}
-
-/// Each host's clock rate, drawn from a generator of its own (so the rest of the
-/// schedule is the same with or without drift) and written into the history.
-struct Clocks {
-    dice: Dice,
-    bound_ppm: u32,
-    tick: Duration,
-    leads: drift::Leads,
-    log: Log,
-}
-
-/// One host's clock rate.
-#[derive(Clone)]
-struct HostClock {
-    host: String,
-    ppm: u32,
-    tick: Duration,
-    leads: drift::Leads,
-}
-
-impl HostClock {
-    fn run<F: std::future::Future>(&self, software: F) -> impl std::future::Future<Output = F::Output> {
-        drift::with_rate(self.host.clone(), self.ppm, self.tick, self.leads.clone(), software)
-    }
-}
-
-impl Clocks {
-    fn new(opts: &Options, log: &Log) -> Clocks {
-        Clocks { dice: Dice::new(opts.seed ^ 0x6472_6966_7473), bound_ppm: opts.drift_ppm, tick: opts.tick, leads: Default::default(), log: log.clone() }
-    }
-
-    fn draw(&mut self, host: &str) -> HostClock {
-        let ppm = if self.bound_ppm == 0 { 0 } else { self.dice.range(0, u64::from(self.bound_ppm) + 1) as u32 };
-        if ppm > 0 {
-            self.log.record_at(0, EventKind::FaultInjected { kind: FaultKind::ClockRate, target: format!("{host} +{ppm}ppm") });
-        }
-        HostClock { host: host.to_owned(), ppm, tick: self.tick, leads: self.leads.clone() }
-    }
 }
 
 fn memory_disk() -> Result<holdfast_raft::MemoryDisk, String> {
