@@ -19,6 +19,7 @@ mod command;
 mod failover;
 mod outcome;
 mod reads;
+mod recovery;
 mod state;
 mod transfers;
 
@@ -28,4 +29,5 @@ pub use command::{CellMember, Command, Entry};
 pub use failover::{AutoMove, FailoverPolicy};
 pub use outcome::{Applied, Outcome, OwnershipEvent, RegistryError};
 pub use reads::{HistoryError, OwnedShard};
+pub use recovery::{Recovery, RECOVERY_EPOCH_GAP, RECOVERY_REVISION_GAP};
 pub use state::{CellRecord, Handover, Move, RegionState, RegistryState, SealReport, ShardRecord, ShardState, HISTORY_CAP};

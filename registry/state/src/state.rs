@@ -189,12 +189,7 @@ impl RegistryState {
             }
         };
         debug_assert!(result.is_ok() || ctx.events.is_empty(), "a refused command emitted events");
-        for ev in &ctx.events {
-            if self.history.len() == HISTORY_CAP {
-                self.history.pop_front();
-            }
-            self.history.push_back(ev.clone());
-        }
+        self.keep_history(ctx.events.clone());
         Applied { result, events: ctx.events }
     }
 
@@ -325,7 +320,7 @@ fn describe(cmd: &Command) -> String {
 }
 
 /// `s`, cut to [`MAX_FIELD`] bytes (on a character boundary, marked with `...`).
-fn clip(mut s: String) -> String {
+pub(crate) fn clip(mut s: String) -> String {
     if s.len() > MAX_FIELD {
         let mut cut = MAX_FIELD - 3;
         while !s.is_char_boundary(cut) {
