@@ -50,6 +50,14 @@ pub struct DiskIdentity {
     pub disk: u64,
 }
 
+/// The directory's identity, if it has one (nothing is written).
+pub(crate) fn read(db: &Db) -> std::io::Result<Option<DiskIdentity>> {
+    match db.get_cf(cf(db, CF_META), KEY_IDENTITY).map_err(io_err)? {
+        Some(bytes) => Ok(Some(decode(&bytes)?)),
+        None => Ok(None),
+    }
+}
+
 /// Reads the directory's identity, or writes one if it has none (a first start, or a
 /// directory written by a release before identities). Refuses a directory of another node.
 pub(crate) fn load_or_create(db: &Db, node_id: NodeId) -> Result<DiskIdentity, StartError> {

@@ -14,6 +14,8 @@
 //! - [`Group`], a server's handle on its running group: the [`Leader`] proof, proposals
 //!   with a bounded wait, linearizable reads and the leader-lease check, each failure
 //!   already the gRPC status clients expect;
+//! - [`recover`]: a new group of one member from a stopped survivor's data directory
+//!   (a group that lost its majority for good);
 //! - with feature `test-support`, a fault-injecting layer over the gRPC network and a
 //!   toy state machine ([`testing`]).
 //!
@@ -41,6 +43,7 @@ pub mod identity;
 mod log_store;
 mod network;
 mod node;
+pub mod recover;
 pub mod rocks;
 pub mod runtime;
 mod service;

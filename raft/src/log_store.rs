@@ -276,6 +276,40 @@ impl LogStore {
     }
 }
 
+/// Every entry of a closed node's log from index `from` on, in order (a recovery reads
+/// them: `recover.rs`).
+pub(crate) fn entries_from(db: &Db, from: u64) -> io::Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for item in db.iterator_cf(cf(db, CF_LOGS), IteratorMode::From(&key(from), Direction::Forward)) {
+        let (k, v) = item.map_err(io_err)?;
+        let entry: Entry = decode(&v)?;
+        if entry.log_id.index != index_of_key(&k)? {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("log key {} holds entry {}", index_of_key(&k)?, entry.log_id)));
+        }
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+/// The vote a closed node's log recorded.
+pub(crate) fn stored_vote(db: &Db) -> io::Result<Option<Vote>> {
+    match db.get_cf(cf(db, CF_META), KEY_VOTE).map_err(io_err)? {
+        Some(bytes) => Ok(Some(decode(&bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// Marks a new node's empty log as starting after `last` (everything up to it is in
+/// the snapshot written next to it) with `vote` recorded, in one synced write: a
+/// recovered member's log (`recover.rs`).
+pub(crate) fn seed(db: &Db, last: LogId, vote: Vote) -> io::Result<()> {
+    let mut batch = WriteBatch::default();
+    batch.put_cf(cf(db, CF_META), KEY_LAST_PURGED, encode(&last)?);
+    batch.put_cf(cf(db, CF_META), KEY_COMMITTED, encode(&Some(last))?);
+    batch.put_cf(cf(db, CF_META), KEY_VOTE, encode(&vote)?);
+    db.write_opt(batch, &synced()).map_err(io_err)
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + fmt::Debug + OptionalSend>(&mut self, range: RB) -> Result<Vec<Entry>, io::Error> {
         let start = match range.start_bound() {

@@ -197,6 +197,16 @@ fn read_snapshot(db: &DB) -> io::Result<Option<StoredSnapshot>> {
     }
 }
 
+/// The snapshot a closed node's directory holds, if any (a recovery reads it: `recover.rs`).
+pub(crate) fn read_stored_snapshot(db: &DB) -> io::Result<Option<(SnapshotMeta, SnapshotData)>> {
+    Ok(read_snapshot(db)?.map(|s| (s.meta, s.data)))
+}
+
+/// Writes the snapshot of a new directory (synced): a recovered member's whole state.
+pub(crate) fn write_stored_snapshot(db: &DB, meta: SnapshotMeta, data: SnapshotData) -> io::Result<()> {
+    db.put_cf_opt(cf(db, CF_SM), KEY_SNAPSHOT, encode(&StoredSnapshot { meta, data })?, &synced()).map_err(io_err)
+}
+
 /// Persists `snap` unless a snapshot at least as new is already stored. Synced: once this
 /// returns, openraft may purge the logs the snapshot covers.
 fn persist_snapshot(db: &DB, guard: &Mutex<()>, snap: &StoredSnapshot) -> io::Result<bool> {

@@ -514,6 +514,76 @@ async fn a_stalled_replication_stream_times_out_an_idle_one_stays_open_an_unreac
     assert!(matches!(answers.as_slice(), [Ok(Ok(None)), Ok(Ok(None))]), "{answers:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_lost_its_majority_for_good_comes_back_as_a_new_group_of_its_survivor() {
+    use holdfast_raft::recover::{read_stopped, write_new_member, RecoverError};
+    let _serial = serial().await;
+    // Snapshots every 20 entries, 5 kept behind: the survivor holds a snapshot and a log
+    // after it, and a recovery must read both.
+    let t = RaftTimings { snapshot_every_logs: 20, logs_kept_after_snapshot: 5, ..timings() };
+    let mut c = TestCluster::start(3, t).await;
+    for v in 0..30 {
+        c.write(v).await.expect("write");
+    }
+    let survivor = 2;
+    c.wait_applied(&[survivor], c.nodes[&1].metrics().last_applied.expect("applied").index, "before the loss").await;
+    assert!(matches!(read_stopped(&c.dir(survivor), AppendLog::default()), Err(RecoverError::Locked { .. })), "a running node's directory is refused");
+
+    info!("--- nodes 1 and 3 are lost for good; the survivor is stopped for its recovery");
+    c.stop_node(1).await;
+    c.stop_node(3).await;
+    c.stop_node(survivor).await;
+    let copy = read_stopped(&c.dir(survivor), AppendLog::default()).expect("read the survivor");
+    let want: Vec<u64> = (0..30).collect();
+    assert_eq!(copy.state.values, want, "the snapshot and the log after it");
+    assert!(copy.replayed > 0, "entries after the snapshot were replayed");
+    assert_eq!(copy.members.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(copy.node_id, survivor);
+    let node = holdfast_raft::Node::new(c.addr(survivor).to_string(), c.addr(survivor).to_string());
+    let snapshot = holdfast_raft::ReplicatedState::snapshot(&copy.state);
+    assert!(
+        matches!(
+            write_new_member(&c.dir(survivor), survivor, node.clone(), snapshot.clone(), copy.last_log_id, copy.term),
+            Err(RecoverError::TargetNotEmpty(_))
+        ),
+        "a recovery never writes over a directory"
+    );
+    let lost = c.dir(survivor).with_extension("lost");
+    std::fs::rename(c.dir(survivor), &lost).expect("keep the survivor's directory aside");
+    write_new_member(&c.dir(survivor), survivor, node, snapshot, copy.last_log_id, copy.term).expect("write the new member");
+
+    info!("--- the survivor alone is the new group: it elects itself, holds every value, takes writes");
+    c.start_node(survivor).await;
+    assert_eq!(c.leader_among(&[survivor], WAIT).await, survivor);
+    assert_eq!(c.values(survivor), want);
+    let idx = c.write(30).await.expect("a write to the new group").index;
+    assert!(idx > copy.last_log_id.index, "the new group's log goes on after the copy's");
+    assert!(c.nodes[&survivor].metrics().current_term > copy.term, "and in a later term");
+
+    info!("--- a pristine node 4 joins with the ordinary member commands");
+    c.start_node(4).await;
+    let channel = holdfast_rpc::Transport::insecure().connect(&c.nodes[&survivor].raft_addr().to_string()).await.expect("admin client");
+    let mut admin = RaftAdminClient::new(channel);
+    let n4 = c.nodes[&4].node().clone();
+    admin
+        .add_learner(pb::AddLearnerRequest { learner: Some(pb::Member { node_id: 4, raft_addr: n4.raft_addr, client_addr: n4.client_addr }), blocking: true })
+        .await
+        .expect("add learner");
+    admin.change_membership(pb::ChangeMembershipRequest { voters: vec![survivor, 4], keep_removed_as_learners: false }).await.expect("promote");
+
+    info!("--- a lost member that comes back on its old disk is not folded in");
+    c.start_node(1).await;
+    let leader = c.leader_among(&[survivor, 4], WAIT).await;
+    let idx = c.nodes[&leader].write(AppendLog::command(31)).await.expect("write with both voters").index;
+    c.wait_applied(&[survivor, 4], idx, "after the member was added").await;
+    assert_eq!(c.values(4), (0..32).collect::<Vec<_>>());
+    assert_eq!(c.values(1), want, "the lost member took nothing from the new group");
+    let members = c.nodes[&survivor].metrics().membership_config.membership().voter_ids().collect::<Vec<_>>();
+    assert_eq!(members, vec![survivor, 4]);
+    c.stop_node(1).await;
+    c.shutdown().await;
+}
+
 /// A bare `RaftService` client to node `id`, as a misbehaving peer would dial it.
 async fn raw_raft_client(c: &TestCluster, id: NodeId) -> holdfast_proto::raft::v1::raft_service_client::RaftServiceClient<holdfast_rpc::Channel> {
     let channel = holdfast_rpc::Transport::insecure().connect(&c.nodes[&id].raft_addr().to_string()).await.expect("raft client");

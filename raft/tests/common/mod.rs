@@ -53,6 +53,11 @@ impl TestCluster {
         c
     }
 
+    /// The address node `id` listens on (kept across its restarts).
+    pub fn addr(&self, id: NodeId) -> SocketAddr {
+        self.addrs[&id]
+    }
+
     pub fn dir(&self, id: NodeId) -> PathBuf {
         self.root.path().join(format!("node-{id}"))
     }
