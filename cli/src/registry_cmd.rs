@@ -26,6 +26,36 @@ pub enum RegistryCmd {
     /// replace a voter, learner first.
     #[command(subcommand)]
     Member(crate::members::MemberCmd),
+    /// Form the registry again from one stopped survivor, after its majority was lost
+    /// for good (docs/runbooks/disaster-recovery.md). Reads the survivor's data
+    /// directory (never writes it), raises every shard's epoch past any the lost
+    /// registry can have served, and writes a registry of one voter on the data
+    /// directory the node flags (or --config) name; start that node with `registry
+    /// run`, then add voters back with `registry member add`. Refuses while a member
+    /// of the old registry still answers with a leader, unless --force-new-group.
+    ///
+    /// Example: holdfast registry recover --from /var/lib/holdfast/registry-1 --config registry-1.toml \
+    ///            --data-dir /var/lib/holdfast/registry-1.recovered
+    Recover(RecoverArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// The stopped survivor's data directory.
+    #[arg(long)]
+    from: std::path::PathBuf,
+    /// The recovered voter: its id, new data directory and addresses (as `registry run`).
+    #[command(flatten)]
+    node: NodeArgs,
+    /// How far every shard's epoch is raised: more than the moves of one shard the lost
+    /// registry can have committed that the survivor did not hear of.
+    #[arg(long, default_value_t = holdfast_registry::recover::RECOVERY_EPOCH_GAP)]
+    epoch_gap: u32,
+    /// Skip the check that no member of the old registry still has a leader: only when
+    /// they are known to be gone for good (a member that comes back on its old disk is
+    /// refused by the new registry either way).
+    #[arg(long)]
+    force_new_group: bool,
 }
 
 #[derive(Debug, Args)]
@@ -48,6 +78,7 @@ pub async fn run(cmd: RegistryCmd) -> Result<(), String> {
         RegistryCmd::Run(a) => run_node(a).await,
         RegistryCmd::Init(a) => crate::serve::init(a, "registry").await,
         RegistryCmd::Member(m) => crate::members::run(m).await,
+        RegistryCmd::Recover(a) => recover(a).await,
     }
 }
 
@@ -60,4 +91,59 @@ async fn run_node(a: RunArgs) -> Result<(), String> {
     let server = RegistryServer::bind(&cfg).await.map_err(|e| format!("cannot start the registry node: {e}"))?;
     println!("registry node {} up: raft {} client {}", cfg.node_id, server.raft_addr(), server.client_addr());
     until_signal_or_failure(server.failure(), server.shutdown()).await
+}
+
+async fn recover(a: RecoverArgs) -> Result<(), String> {
+    let cfg = RegistryConfig::load(a.node.config(), &a.node.overrides([])).map_err(|e| e.to_string())?;
+    if a.node.print_config() {
+        return crate::serve::print_config(&cfg);
+    }
+    let by = format!("holdfast registry recover (node {}, as {})", cfg.node_id, whoami());
+    if !a.force_new_group {
+        // Read first (a dry run of the recovery into nothing) to learn the old members,
+        // then ask each whether its group still has a leader.
+        let members = holdfast_registry::recover::lost_members(&a.from)?;
+        let transport = holdfast_rpc::Transport::new(cfg.transport.clone(), cfg.tls.security()?);
+        for (id, addr) in members {
+            if let Ok(m) = crate::remote::raft_metrics(&transport, &addr).await {
+                if m.has_leader {
+                    return Err(format!(
+                        "member {id} of the old registry ({addr}) answers and follows leader {}: the old registry may still have a quorum. \
+                         Recover only a registry whose majority is gone for good; if its members that answer are to be discarded, stop them and run again, \
+                         or pass --force-new-group",
+                        m.leader_id
+                    ));
+                }
+            }
+        }
+    }
+    let r = holdfast_registry::recover::recover_from_survivor(&a.from, &cfg, a.epoch_gap, &by)?;
+    println!(
+        "registry recovered from node {} (entry {} of term {}, {} entries replayed after its snapshot) into {} as node {} (disk {:016x})",
+        r.survivor,
+        r.last_index,
+        r.last_term,
+        r.replayed,
+        cfg.data_dir.display(),
+        cfg.node_id,
+        r.disk
+    );
+    println!(
+        "{} shards raised by {} epochs (highest epoch {} -> {}), {} moves in flight dropped; revision {} -> {}",
+        r.recovery.shards,
+        a.epoch_gap,
+        r.recovery.highest_epoch_before,
+        r.recovery.highest_epoch,
+        r.recovery.moves_dropped,
+        r.recovery.revision_before.0,
+        r.recovery.revision.0
+    );
+    let lost: Vec<String> = r.lost_members.iter().map(|(id, addr)| format!("{id}={addr}")).collect();
+    println!("the lost registry's voters were {}; start this node with `holdfast registry run` on {}, then add voters back on empty disks with `holdfast registry member add`", lost.join(" "), cfg.data_dir.display());
+    Ok(())
+}
+
+/// The operator's login name, for the audit record.
+fn whoami() -> String {
+    std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into())
 }

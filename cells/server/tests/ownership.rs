@@ -307,6 +307,56 @@ async fn a_cell_that_lost_its_data_gets_its_shard_back_only_at_the_next_epoch() 
     w.shutdown().await;
 }
 
+/// Issue #44: a registry that lost its majority for good is formed again from one
+/// stopped survivor's data directory (`holdfast registry recover`). Every shard comes
+/// back at an epoch above any the lost registry can have served, so the cell that
+/// served it adopts the new epoch and its first token beats every token before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_recovered_from_one_survivor_serves_only_larger_tokens() {
+    let _g = serial().await;
+    let mut w = World::start().await;
+    let ca = leader_client(&w.a).await;
+    let h = session_at(&ca, 30_000).await;
+    let before = acquire_at(&ca, h, "x", "h-1").await;
+    assert_eq!(FencingToken(before).epoch().0, 1);
+
+    info!("--- the registry's three voters stop; voters 2 and 3 are lost for good");
+    let survivor = &w.registry[0];
+    let (raft_addr, client_addr) = (survivor.raft_addr(), survivor.client_addr());
+    let survivor_dir = holdfast_registry::testing::config(w._root.path(), 1).data_dir;
+    for n in std::mem::take(&mut w.registry) {
+        n.shutdown().await;
+    }
+
+    info!("--- recovered from voter 1's directory into a new one, on voter 1's addresses");
+    let cfg = holdfast_registry::RegistryConfig {
+        data_dir: w._root.path().join("registry-1-recovered"),
+        raft_addr: raft_addr.to_string(),
+        client_addr: client_addr.to_string(),
+        ..holdfast_registry::testing::config(w._root.path(), 1)
+    };
+    let r = holdfast_registry::recover::recover_from_survivor(&survivor_dir, &cfg, 1_000, "test").expect("recover");
+    assert_eq!((r.survivor, r.recovery.shards, r.recovery.highest_epoch), (1, 1, 1_001));
+    let raft = rebind(raft_addr).await;
+    let client = rebind(client_addr).await;
+    w.registry = vec![RegistryServer::start(&cfg, raft, client).await.expect("start the recovered voter")];
+
+    info!("--- A adopts the raised epoch: its first token beats every token before");
+    let ca = leader_client(&w.a).await;
+    let s = session_at(&ca, 10_000).await;
+    let after = acquire_at(&ca, s, "y", "s-1").await;
+    assert!(after > before, "a token {after:#x} after the recovery does not beat {before:#x} from before");
+    assert_eq!(FencingToken(after).epoch().0, 1_001);
+    let owner = w.owner().await;
+    assert_eq!((owner.cell.as_str(), owner.epoch), ("a", 1_001), "{owner:?}");
+    w.shutdown().await;
+}
+
+/// Binds `addr` again once its previous owner let it go.
+async fn rebind(addr: SocketAddr) -> tokio::net::TcpListener {
+    retry("rebind", || async move { tokio::net::TcpListener::bind(addr).await.map_err(|e| tonic::Status::unavailable(e.to_string())) }).await
+}
+
 /// Issue #15, item 2: every path that can hand a lock to a waiter is gated by the
 /// ownership lease, not only acquires. Once a cut-off cell has stopped granting, its
 /// holder's session closing or expiring must not grant the lock to the session queued

@@ -15,6 +15,7 @@ pub mod leader;
 pub mod leases;
 pub mod machine;
 pub mod metrics;
+pub mod recover;
 pub mod registry;
 pub mod server;
 pub mod service;
