@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use holdfast_core::{CellId, Intent, NamespaceConfig, NamespaceName, NodeId, RegionId, ShardKey, ShardName};
 use holdfast_raft::recover::{read_stopped, write_new_member};
-use holdfast_raft::types::LogId;
-use holdfast_raft::{Node, ReplicatedState};
+use holdfast_raft::types::{LeaderId, LogId};
+use holdfast_raft::Node;
 use holdfast_registry::machine::{Hooks, RegistryMachine};
 use holdfast_registry::{RegistryConfig, RegistryServer};
 use holdfast_registry_state::{CellMember, Command, Entry, RegistryState, RECOVERY_EPOCH_GAP};
@@ -40,7 +40,7 @@ async fn main() {
         ok(&mut st, Command::PlaceShard { shard: ShardKey::new(ns, ShardName::default_shard()), cell: cells[i % 3].clone() });
     }
     let survivor_dir = root.path().join("registry-1");
-    let last = LogId::new_term_index(7, 2 * n as u64 + 10);
+    let last = LogId::new(LeaderId { term: 7, node_id: 1 }, 2 * n as u64 + 10);
     let survivor = Node::new("127.0.0.1:1", "127.0.0.1:2");
     write_new_member(&survivor_dir, 1, survivor, st.snapshot(), last, 7).expect("write the survivor's directory");
 
