@@ -132,6 +132,20 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     assert_eq!(r["violations"].as_array().unwrap().len(), 0, "{r}");
     one_owner_each(d, &gw);
 
+    // Issue #44: the registry's majority lost for good (two voters killed, their data
+    // deleted) under the workload; the third formed again alone with `holdfast
+    // registry recover`, the two added back empty. Every region serves throughout and
+    // then grants only at the raised epochs; the drills below run on that registry.
+    let out = tmp.path().join("registry-loss");
+    let o = out.to_str().unwrap();
+    let stdout = ok(&["drill", "run", "--data-dir", d, "--scenario", "registry-loss", "--settle-s", "2", "--out", o]);
+    eprintln!("{stdout}");
+    assert!(stdout.contains("registry recovered from node 1"), "{stdout}");
+    assert!(stdout.contains("0 old-epoch grant(s) after a raised one"), "{stdout}");
+    let r = report(&out);
+    assert_eq!(r["violations"].as_array().unwrap().len(), 0, "{r}");
+    one_owner_each(d, &gw);
+
     // Real processes stopped and killed: a holder SIGSTOPped past its TTL writes late
     // and is refused, a leader SIGSTOPped past its election timeout, a region killed.
     let out = tmp.path().join("process-faults");

@@ -56,6 +56,13 @@ pub enum Scenario {
     /// failed call; a registry write is refused with UNAVAILABLE; after the voters
     /// resume, registry writes work again.
     RegistryOutage,
+    /// The registry's majority lost for good (issue #44): two of its three voters
+    /// SIGKILLed and their data directories deleted, under the workload in every
+    /// region. The third is stopped, formed again alone with `holdfast registry
+    /// recover`, restarted; the lost voters come back empty and are added with
+    /// `holdfast registry member add`. Every region serves throughout; afterwards every
+    /// region grants at the raised epochs, and no shard grants at an old epoch again.
+    RegistryLoss,
     /// A lock holder process SIGSTOPped `--pauses` times, each for a random time
     /// around its TTL (from `--seed`; the first one well past it), while the next
     /// holder waits for the lock; each resumed holder writes with its old token
@@ -159,7 +166,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
 
     let region = match (a.region.clone(), a.scenario) {
         (Some(r), _) => r,
-        (None, Scenario::Evacuate | Scenario::HolderPauses | Scenario::RegistryOutage) => pg.regions[0].name.clone(),
+        (None, Scenario::Evacuate | Scenario::HolderPauses | Scenario::RegistryOutage | Scenario::RegistryLoss) => pg.regions[0].name.clone(),
         (None, Scenario::Partition | Scenario::ProcessFaults) => pg.regions.last().map(|r| r.name.clone()).unwrap_or_default(),
     };
     let ctx = Ctx { reg: reg.clone(), rec: rec.clone(), dir: out.clone(), timeout: Duration::from_secs(180) };
@@ -169,6 +176,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         Scenario::ProcessFaults => process_faults_scenario(&ctx, &pg, &region, &owners, resource.clone(), a.ttl_ms, Duration::from_secs(a.cut_s)).await,
         Scenario::HolderPauses => holder_pauses_scenario(&ctx, &pg, &owners, resource.clone(), a.ttl_ms, a.pauses, a.seed).await,
         Scenario::RegistryOutage => registry_outage_scenario(&ctx, &pg, Duration::from_secs(a.cut_s)).await,
+        Scenario::RegistryLoss => registry_loss_scenario(&ctx, &pg).await,
     };
     if let Err(e) = &scenario {
         println!("scenario failed: {e}");
@@ -194,6 +202,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         Scenario::ProcessFaults => format!("Drill: a holder and a leader SIGSTOPped, {region} killed and restarted"),
         Scenario::HolderPauses => format!("Drill: a lock holder SIGSTOPped {} times around its TTL (seed {})", a.pauses, a.seed),
         Scenario::RegistryOutage => format!("Drill: the registry's quorum lost for {} s under a fenced workload in every region", a.cut_s),
+        Scenario::RegistryLoss => "Drill: the registry's majority lost for good, recovered from one survivor".to_owned(),
     };
     let check = report(&out, &title, &rec.history())?;
     scenario?;
@@ -335,16 +344,7 @@ async fn registry_outage_scenario(ctx: &Ctx, pg: &Playground, down: Duration) ->
     drop(resume);
     let to_ms = ctx.rec.ms();
     ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: "registry".into() });
-    let resumed = tokio::time::Instant::now();
-    let deadline = resumed + Duration::from_secs(30);
-    let again = loop {
-        match ctx.reg.call(probe("drill-outage-probe-after"), |mut c, r| async move { c.create_namespace(r).await }).await {
-            Ok(_) => break resumed.elapsed(),
-            Err(s) if code_of(&s) == Some(ErrorCode::AlreadyExists) => break resumed.elapsed(),
-            Err(_) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(s) => return Err(format!("registry writes did not come back within 30 s of the voters resuming: {}", s.message())),
-        }
-    };
+    let again = registry_writes_work(ctx, "drill-outage-probe-after", Duration::from_secs(30)).await?;
     println!("registry writes work again {} ms after the voters resumed", again.as_millis());
 
     // Every call of the workload during the outage: no failure, and grants in every region.
@@ -369,6 +369,146 @@ async fn registry_outage_scenario(ctx: &Ctx, pg: &Playground, down: Duration) ->
         if grants.get(&r.name).copied().unwrap_or(0) == 0 {
             return Err(format!("region {} granted nothing while the registry was away", r.name));
         }
+    }
+    Ok(())
+}
+
+/// How long until a registry write succeeds (a namespace `name` created, or found).
+async fn registry_writes_work(ctx: &Ctx, name: &str, within: Duration) -> Result<Duration, String> {
+    let started = tokio::time::Instant::now();
+    loop {
+        let config = apb::NamespaceConfig { name: name.into(), owner: "drills".into(), intent: pb::Intent::Correctness as i32, ..Default::default() };
+        let req = rpb::CreateNamespaceRequest { config: Some(config) };
+        match ctx.reg.call(req, |mut c, r| async move { c.create_namespace(r).await }).await {
+            Ok(_) => return Ok(started.elapsed()),
+            Err(s) if code_of(&s) == Some(ErrorCode::AlreadyExists) => return Ok(started.elapsed()),
+            Err(_) if started.elapsed() < within => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(s) => return Err(format!("registry writes did not work within {within:?}: {}", s.message())),
+        }
+    }
+}
+
+/// Runs this binary with `args`, as an SRE would type the command; its output is shown.
+fn holdfast(args: &[String]) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe).args(args).output().map_err(|e| e.to_string())?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    if !out.status.success() {
+        return Err(format!("holdfast {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(())
+}
+
+/// Waits until `pid` has exited.
+async fn exited(pid: u32, within: Duration) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + within;
+    while faults::alive(pid) {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("process {pid} still runs after {within:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// The registry's majority lost for good, then formed again from the survivor (issue
+/// #44; docs/runbooks/disaster-recovery.md, each step the command an SRE types).
+async fn registry_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(), String> {
+    if pg.regions.len() < 3 {
+        return Err("a registry loss needs three regions".into());
+    }
+    let survivor = pg.regions[0].registry.clone();
+    let lost: Vec<_> = pg.regions[1..3].iter().map(|r| r.registry.clone()).collect();
+    let before_ms = ctx.rec.ms();
+    let highest_epoch_before = ctx
+        .rec
+        .history()
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::GrantOk { token, .. } => Some(token.epoch().0),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::RegistryQuorumLost, target: "registry: two voters lost for good".into() });
+    for v in &lost {
+        faults::signal("KILL", faults::pid_of(v)?)?;
+        exited(faults::pid_of(v)?, Duration::from_secs(10)).await?;
+        std::fs::remove_dir_all(&v.data_dir).map_err(|e| format!("{}: {e}", v.data_dir.display()))?;
+    }
+    println!("registry voters {} killed and their data directories deleted", lost.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", "));
+
+    // 2. Stop the survivor; 3. recover it into a new directory; 4. start it there.
+    faults::signal("TERM", faults::pid_of(&survivor)?)?;
+    exited(faults::pid_of(&survivor)?, Duration::from_secs(20)).await?;
+    let recovered = survivor.data_dir.with_extension("recovered");
+    let mut args: Vec<String> = ["registry", "recover", "--from"].map(String::from).into();
+    args.push(survivor.data_dir.display().to_string());
+    for (flag, value) in [
+        ("--data-dir", recovered.display().to_string()),
+        ("--node-id", survivor.node_id.to_string()),
+        ("--raft-addr", survivor.raft.clone()),
+        ("--client-addr", survivor.client.clone()),
+    ] {
+        args.extend([flag.to_owned(), value]);
+    }
+    // The voter's own TLS settings, from its command line.
+    let argv = &survivor.argv;
+    match argv.iter().position(|a| a == "--certs-dir") {
+        Some(i) => args.extend(["--certs-dir".to_owned(), argv.get(i + 1).cloned().unwrap_or_default()]),
+        None if argv.iter().any(|a| a == "--insecure") => args.push("--insecure".into()),
+        None => {}
+    }
+    holdfast(&args)?;
+    let aside = survivor.data_dir.with_extension("lost");
+    std::fs::rename(&survivor.data_dir, &aside).map_err(|e| e.to_string())?;
+    std::fs::rename(&recovered, &survivor.data_dir).map_err(|e| e.to_string())?;
+    let recover_ms = ctx.rec.ms();
+    faults::restart(&pg.data_dir, Duration::from_secs(60)).await?;
+    let took = registry_writes_work(ctx, "drill-recovery-probe", Duration::from_secs(60)).await?;
+    println!("the recovered registry takes writes {} ms after its restart", took.as_millis());
+
+    // 5. The lost voters, back on empty directories, join the new registry.
+    for v in &lost {
+        let mut args: Vec<String> = ["registry", "member", "add", "--raft-endpoint"].map(String::from).into();
+        args.extend([survivor.raft.clone(), "--member".into(), format!("{}={},{}", v.node_id, v.raft, v.client)]);
+        args.extend(pg.tls.args());
+        holdfast(&args)?;
+    }
+    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: "registry recovered, voters added back".into() });
+
+    // Every region grants at a raised epoch, and no shard at an old one after that.
+    let raised = |e: u32| e > highest_epoch_before;
+    let rec = ctx.rec.clone();
+    let regions: Vec<String> = pg.regions.iter().map(|r| r.name.clone()).collect();
+    wait_for(Duration::from_secs(60), "every region's grants at a raised epoch", || {
+        let h = rec.history();
+        regions.iter().all(|name| {
+            h.events.iter().any(|e| matches!(&e.kind, EventKind::GrantOk { region, token, .. } if region.as_str() == name && raised(token.epoch().0)))
+        })
+    })
+    .await?;
+    let h = ctx.rec.history();
+    let mut first_raised = std::collections::BTreeMap::new();
+    let mut old_after = Vec::new();
+    for e in h.events.iter().filter(|e| e.t_ms >= recover_ms) {
+        if let EventKind::GrantOk { lock, token, .. } = &e.kind {
+            let shard = lock.name.as_str().split("-job-").next().unwrap_or("").to_owned();
+            if raised(token.epoch().0) {
+                first_raised.entry(shard).or_insert(e.t_ms);
+            } else if first_raised.get(&shard).is_some_and(|t| *t <= e.t_ms) {
+                old_after.push(format!("{} token {:#x}", lock.name, token.0));
+            }
+        }
+    }
+    let grants_during = h.events.iter().filter(|e| e.t_ms >= before_ms && e.t_ms <= recover_ms && matches!(e.kind, EventKind::GrantOk { .. })).count();
+    println!(
+        "grants while the registry was lost: {grants_during}; highest epoch before {highest_epoch_before}, every region now at a raised epoch; {} old-epoch grant(s) after a raised one",
+        old_after.len()
+    );
+    if !old_after.is_empty() {
+        return Err(format!("shards granted at an old epoch after a raised one: {:?}", &old_after[..old_after.len().min(5)]));
     }
     Ok(())
 }
