@@ -28,7 +28,7 @@ pub enum RegistryCmd {
     Member(crate::members::MemberCmd),
     /// Form the registry again from one stopped survivor, after its majority was lost
     /// for good (docs/runbooks/disaster-recovery.md). Reads the survivor's data
-    /// directory (never writes it), raises every shard's epoch past any the lost
+    /// directory (its log, vote and snapshot unchanged), raises every shard's epoch past any the lost
     /// registry can have served, and writes a registry of one voter on the data
     /// directory the node flags (or --config) name; start that node with `registry
     /// run`, then add voters back with `registry member add`. Refuses while a member

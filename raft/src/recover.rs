@@ -64,7 +64,8 @@ fn at(dir: &Path) -> impl Fn(io::Error) -> RecoverError + '_ {
 
 /// Reads the state of the stopped node whose data directory is `dir` into `initial`
 /// (the application's empty state). Opens the directory read-write (RocksDB's lock
-/// refuses a directory its node still runs on) and changes nothing in it.
+/// refuses a directory its node still runs on) and adds nothing to its log, vote or
+/// snapshot (RocksDB does rewrite its own manifest and info log on open).
 pub fn read_stopped<S: ReplicatedState>(dir: &Path, mut initial: S) -> Result<Survivor<S>, RecoverError> {
     if !dir.join("CURRENT").is_file() {
         return Err(RecoverError::NotADataDir(dir.to_owned()));

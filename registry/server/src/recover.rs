@@ -1,8 +1,9 @@
 //! `holdfast registry recover`: a registry that lost its majority for good, formed again
 //! from one stopped survivor's data directory (`holdfast_raft::recover`), with every
 //! shard's epoch raised past any the lost group can have served
-//! (`holdfast_registry_state`'s recovery). The survivor's directory is read, never
-//! written; the recovered voter starts on the new directory its configuration names.
+//! (`holdfast_registry_state`'s recovery). The survivor's log, vote and snapshot are
+//! read, never changed; the recovered voter starts on the new directory its
+//! configuration names.
 
 use std::path::Path;
 
