@@ -111,8 +111,9 @@ pub fn write_new_member(dir: &Path, node_id: NodeId, node: Node, state: Vec<u8>,
     let nodes = BTreeMap::from([(node_id, node.on_disk(id.disk))]);
     let membership = Membership::new(vec![voters], nodes).map_err(|e| RecoverError::Io { dir: dir.to_owned(), source: io::Error::other(e.to_string()) })?;
     let meta = SnapshotMeta { last_log_id: Some(last_log_id), last_membership: StoredMembership::new(Some(last_log_id), membership) };
-    // The snapshot first, then the log's markers: a directory cut short between the
-    // two has a snapshot and no vote, and starts as a member of that group all the same.
+    // The snapshot first, then the log's markers, each a synced write. A recovery cut
+    // short between the two leaves a directory that is not empty: the next attempt is
+    // refused until it is removed (do not start a node on it).
     write_stored_snapshot(&db, meta, state).map_err(at(dir))?;
     log_store::seed(&db, last_log_id, Vote::new(term, node_id)).map_err(at(dir))?;
     Ok(id.disk)
