@@ -52,7 +52,10 @@ async fn efficiency_locks_write_no_log_are_lost_with_the_leader_and_tokens_still
     let mut cell = TestCell::start_with(0, pb::Intent::Efficiency).await;
     let l1 = cell.leader().await;
     let mut c = cell.client(l1).await;
-    let (a, b) = (create_session(&mut c, TTL_MS).await, create_session(&mut c, TTL_MS).await);
+    // Nothing here renews the sessions, and nothing here is about their expiry: a TTL
+    // far above the test's length (a 3 s one ran out under CI's load before the last
+    // acquires).
+    let (a, b) = (create_session(&mut c, 60_000).await, create_session(&mut c, 60_000).await);
     let release = |name: &str, token: u64| pb::ReleaseRequest { shard: shard(), name: name.into(), token, session_id: 0 };
 
     info!("--- 200 cycles: no log entry each (the first reserves a block of tokens)");
