@@ -2,7 +2,8 @@
 # How long `holdfast registry recover` takes for a registry of N namespaces (issue #44;
 # docs/registry.md, "Recovery from a lost majority"): reading a survivor's directory,
 # raising every epoch, writing the new member, and the recovered voter's start until it
-# leads. Not CI: a figure for the docs, on a perf build.
+# leads; then saving that registry's snapshot file over its RPC and restoring a new
+# registry from it ("Snapshots"). Not CI: a figure for the docs, on a perf build.
 #
 #   scripts/recovery-time.sh            # 10,000 namespaces
 #   scripts/recovery-time.sh 1000

@@ -17,6 +17,7 @@ mod ops;
 mod registry_cmd;
 mod remote;
 mod serve;
+mod snapshot;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -88,6 +89,10 @@ enum Cmd {
     /// Drills: evacuate a region, inject faults, run a checked drill.
     #[command(subcommand)]
     Drill(drill::DrillCmd),
+    /// Snapshots of the registry's or a cell's state: save, inspect, restore
+    /// (docs/runbooks/disaster-recovery.md).
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCmd),
     /// Play the timeline of docs/design.md on a fresh playground: a paused holder's write is
     /// fenced off, and a shard moved to another region hands out larger tokens.
     ///
@@ -157,6 +162,7 @@ fn main() -> ExitCode {
             Cmd::Token(c) => access::token(c).await,
             Cmd::Audit(c) => access::audit(c).await,
             Cmd::Drill(c) => drill::run(c).await,
+            Cmd::Snapshot(c) => snapshot::run(c).await,
             Cmd::Demo(a) => demo::run(a).await,
             Cmd::DemoWorker(a) => demo::worker(a).await,
             Cmd::Completion { shell } => {

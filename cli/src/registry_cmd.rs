@@ -102,20 +102,7 @@ async fn recover(a: RecoverArgs) -> Result<(), String> {
     if !a.force_new_group {
         // Read first (a dry run of the recovery into nothing) to learn the old members,
         // then ask each whether its group still has a leader.
-        let members = holdfast_registry::recover::lost_members(&a.from)?;
-        let transport = holdfast_rpc::Transport::new(cfg.transport.clone(), cfg.tls.security()?);
-        for (id, addr) in members {
-            if let Ok(m) = crate::remote::raft_metrics(&transport, &addr).await {
-                if m.has_leader {
-                    return Err(format!(
-                        "member {id} of the old registry ({addr}) answers and follows leader {}: the old registry may still have a quorum. \
-                         Recover only a registry whose majority is gone for good; if its members that answer are to be discarded, stop them and run again, \
-                         or pass --force-new-group",
-                        m.leader_id
-                    ));
-                }
-            }
-        }
+        refuse_if_old_registry_leads(&cfg, holdfast_registry::recover::lost_members(&a.from)?).await?;
     }
     let r = holdfast_registry::recover::recover_from_survivor(&a.from, &cfg, a.epoch_gap, &by)?;
     println!(
@@ -128,10 +115,35 @@ async fn recover(a: RecoverArgs) -> Result<(), String> {
         cfg.node_id,
         r.disk
     );
+    print_recovered(&r, &cfg, a.epoch_gap);
+    Ok(())
+}
+
+/// Refuses when a member of the old registry (`members`: id, Raft address) still
+/// answers with a leader: that registry may still have a quorum.
+pub(crate) async fn refuse_if_old_registry_leads(cfg: &RegistryConfig, members: Vec<(u64, String)>) -> Result<(), String> {
+    let transport = holdfast_rpc::Transport::new(cfg.transport.clone(), cfg.tls.security()?);
+    for (id, addr) in members {
+        if let Ok(m) = crate::remote::raft_metrics(&transport, &addr).await {
+            if m.has_leader {
+                return Err(format!(
+                    "member {id} of the old registry ({addr}) answers and follows leader {}: the old registry may still have a quorum. \
+                     Recover only a registry whose majority is gone for good; if its members that answer are to be discarded, stop them and run again, \
+                     or pass --force-new-group",
+                    m.leader_id
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a recovery or a restore raised, and what to do next.
+pub(crate) fn print_recovered(r: &holdfast_registry::recover::Recovered, cfg: &RegistryConfig, gap: u32) {
     println!(
         "{} shards raised by {} epochs (highest epoch {} -> {}), {} moves in flight dropped; revision {} -> {}",
         r.recovery.shards,
-        a.epoch_gap,
+        gap,
         r.recovery.highest_epoch_before,
         r.recovery.highest_epoch,
         r.recovery.moves_dropped,
@@ -140,10 +152,9 @@ async fn recover(a: RecoverArgs) -> Result<(), String> {
     );
     let lost: Vec<String> = r.lost_members.iter().map(|(id, addr)| format!("{id}={addr}")).collect();
     println!("the lost registry's voters were {}; start this node with `holdfast registry run` on {}, then add voters back on empty disks with `holdfast registry member add`", lost.join(" "), cfg.data_dir.display());
-    Ok(())
 }
 
 /// The operator's login name, for the audit record.
-fn whoami() -> String {
+pub(crate) fn whoami() -> String {
     std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into())
 }

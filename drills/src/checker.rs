@@ -25,9 +25,11 @@
 //!    during overlapping intervals.
 //! 6. [`ViolationKind::GrantAfterOwnershipEnded`]: a grant by cell C at epoch e whose
 //!    Acquire was sent after the registry's watch showed every shard of the namespace
-//!    that C owned at e at a later epoch. A cell stops granting before the registry
-//!    moves a shard on (a seal, or the end of its ownership lease), so an Acquire that
-//!    arrives afterwards must be refused. In the simulation, where every host shares
+//!    that C owned at e at a later epoch **at another cell**. A cell stops granting
+//!    before the registry moves a shard on (a seal, or the end of its ownership
+//!    lease), so an Acquire that arrives afterwards must be refused. (A later epoch at
+//!    C itself — a recovered registry raises every epoch — C reaches on its own, after
+//!    sealing e.) In the simulation, where every host shares
 //!    one clock, the same invariant is checked on the servers' own moments: a cell's
 //!    grant at epoch e (`CellGranted`) after the registry committed the transfer of
 //!    every shard of the namespace at e to a later epoch (`ShardTransferred`).
@@ -457,15 +459,25 @@ fn grants_after_ownership(history: &History, ops: &HashMap<OpId, Op>, at: &dyn F
     // For every (ns, shard, cell, epoch) the watch showed: the first line that showed
     // the shard at a later epoch (`None`: never, as far as the history goes).
     // The registry's own record of a transfer (the simulation) counts as the watch's.
+    //
+    // The watch showing the shard at a later epoch **at the same cell** does not end
+    // that cell's ownership of the earlier one: the cell goes from one epoch to the
+    // next itself, sealing the first (its holders are told `MOVED`) before it grants
+    // at the second, in one lock table, and every token of the first is below every
+    // token of the second (check 2). A registry recovered from a survivor or a
+    // snapshot raises every epoch without a seal (docs/registry.md), and each owner
+    // serves its old epoch until its next renewal tells it: by design, not a
+    // violation. The registry's own record of a transfer (the simulation, where no
+    // registry is recovered) ends it either way.
     let mut ended: BTreeMap<(&NamespaceName, &ShardName, &CellId, Epoch), Option<usize>> = BTreeMap::new();
     for (i, e) in history.events.iter().enumerate() {
-        let (ns, shard, cell, epoch) = match &e.kind {
-            EventKind::OwnerObserved { ns, shard, cell, epoch, .. } => (ns, shard, cell.as_ref(), *epoch),
-            EventKind::ShardTransferred { ns, shard, cell, epoch } => (ns, shard, Some(cell), *epoch),
+        let (ns, shard, cell, epoch, ends_its_own) = match &e.kind {
+            EventKind::OwnerObserved { ns, shard, cell, epoch, .. } => (ns, shard, cell.as_ref(), *epoch, false),
+            EventKind::ShardTransferred { ns, shard, cell, epoch } => (ns, shard, Some(cell), *epoch, true),
             _ => continue,
         };
-        for ((n, s, _, ep), end) in ended.iter_mut() {
-            if *n == ns && *s == shard && *ep < epoch && end.is_none() {
+        for ((n, s, c, ep), end) in ended.iter_mut() {
+            if *n == ns && *s == shard && *ep < epoch && end.is_none() && (ends_its_own || cell != Some(*c)) {
                 *end = Some(i);
             }
         }

@@ -253,6 +253,25 @@ fn planted_grant_after_ownership_ended_is_found() {
     only(&check(&r.h), ViolationKind::GrantAfterOwnershipEnded);
 }
 
+/// A recovered registry raises every epoch without a seal (issue #44): the owner it
+/// names serves its old epoch until its next renewal. The watch showing the shard at
+/// a later epoch at the same cell does not end that cell's ownership of the earlier
+/// one; a later epoch at another cell still does.
+#[test]
+fn an_epoch_raised_at_the_same_cell_does_not_end_its_ownership_of_the_old_one() {
+    let l = lock("settle-9");
+    let mut r = clean();
+    r.owner("us-east-1", 1);
+    r.owner("us-east-1", 1_001);
+    r.grant(&l, 7, tok(1, 60_000), Answer::Ok);
+    r.grant(&l, 8, tok(1_001, 1), Answer::Ok);
+    assert!(check(&r.h).is_clean(), "{:#?}", check(&r.h).violations);
+    r.owner("eu-west-1", 1_002);
+    r.grant(&l, 9, tok(1, 60_001), Answer::Ok);
+    let found = check(&r.h);
+    assert!(found.violations.iter().any(|v| v.kind == ViolationKind::GrantAfterOwnershipEnded), "{:#?}", found.violations);
+}
+
 /// The same invariant on the servers' own moments (the simulation, one clock for all
 /// hosts): a cell's grant at epoch 1 stamped after the registry committed the shard's
 /// transfer to epoch 2, however late any worker heard of either.

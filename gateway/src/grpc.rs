@@ -8,6 +8,7 @@ use crate::gateway::Gateway;
 use holdfast_core::{ErrorCode, Role};
 use holdfast_proto::lock::v1 as pb;
 use holdfast_proto::lock::v1::lock_service_server::LockService;
+use holdfast_proto::raft::v1 as raftpb;
 use holdfast_proto::registry::v1 as rpb;
 use holdfast_proto::registry::v1::registry_service_server::RegistryService;
 use holdfast_rpc::status::status;
@@ -124,6 +125,15 @@ macro_rules! registry_front {
                 let (ctx, req) = split(r);
                 let need = Need::ns_or_operator(Role::Reader, &req.ns)?;
                 let s = self.0.registry(&ctx, need, req, |mut c, r| async move { c.watch_ownership(r).await }).await?;
+                Ok(Response::new(Box::pin(s)))
+            }
+
+            type SaveSnapshotStream = BoxStream<raftpb::SnapshotChunk>;
+
+            /// The registry's snapshot file, for an operator (`holdfast snapshot save --registry`).
+            async fn save_snapshot(&self, r: Request<raftpb::SaveSnapshotRequest>) -> Result<Response<Self::SaveSnapshotStream>, Status> {
+                let (ctx, req) = split(r);
+                let s = self.0.registry(&ctx, Need::Operator, req, |mut c, r| async move { c.save_snapshot(r).await }).await?;
                 Ok(Response::new(Box::pin(s)))
             }
 

@@ -7,6 +7,7 @@
 //! [`Group::propose`] takes and returns the opaque payload bytes.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use holdfast_core::ErrorCode;
@@ -17,7 +18,8 @@ use tracing::{warn, Instrument};
 
 use crate::error::WriteError;
 use crate::node::current_metrics;
-use crate::sm_store::{ReplicatedState, StateHandle};
+use crate::sm_store::{ReplicatedState, StateHandle, StateMachineStore};
+use crate::snapshot_file::{GroupKind, Header, MemberAddrs};
 use crate::types::{ForwardToLeader, Raft, ReadPolicy, Request};
 use holdfast_rpc::status::{not_leader, status};
 
@@ -180,6 +182,38 @@ impl<S: ReplicatedState> Group<S> {
             Ok(_) => status(ErrorCode::Unavailable, format!("linearizable read failed: {e}")),
         })?;
         Ok(self.state.read(f))
+    }
+
+    /// The whole applied state for a snapshot file ([`crate::snapshot_file`]): read
+    /// after a read index, so every write committed before this call is in it, with
+    /// the id of the last entry it includes and the members as of that entry (read
+    /// together on the state machine's task). Only the leader answers; `group` names
+    /// the group in the header, `taken_by` who asked.
+    pub async fn snapshot_file(&self, kind: GroupKind, group: &str, taken_by: &str) -> Result<(Header, Arc<Vec<u8>>), Status> {
+        self.read(|_| ()).await?;
+        let term = self.term();
+        let (last, membership, data) = self
+            .raft
+            .with_state_machine(|sm: &mut StateMachineStore<S>| Box::pin(std::future::ready(sm.capture())))
+            .await
+            .map_err(|e| status(ErrorCode::Unavailable, format!("the state machine did not answer: {e}")))?;
+        let last = last.ok_or_else(|| status(ErrorCode::Unavailable, format!("{} has applied nothing yet", self.name)))?;
+        let members = membership.membership().nodes().map(|(id, n)| (*id, MemberAddrs { raft: n.raft_addr.clone(), client: n.client_addr.clone() })).collect();
+        let header = Header {
+            kind,
+            group: group.to_owned(),
+            leader: self.node_id,
+            term,
+            last_index: last.index,
+            last_term: last.leader_id.term,
+            last_leader: last.leader_id.node_id,
+            members,
+            taken_at_unix_ms: wall_clock_ms(),
+            taken_by: taken_by.to_owned(),
+            holdfast_version: env!("CARGO_PKG_VERSION").to_owned(),
+            state_bytes: data.len() as u64,
+        };
+        Ok((header, Arc::new(data)))
     }
 
     /// Succeeds only while this leader holds openraft's leader lease (a quorum

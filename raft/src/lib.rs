@@ -15,7 +15,8 @@
 //!   with a bounded wait, linearizable reads and the leader-lease check, each failure
 //!   already the gRPC status clients expect;
 //! - [`recover`]: a new group of one member from a stopped survivor's data directory
-//!   (a group that lost its majority for good);
+//!   (a group that lost its majority for good) or from a snapshot file;
+//! - [`snapshot_file`]: the file `holdfast snapshot save` writes, and its checks;
 //! - with feature `test-support`, a fault-injecting layer over the gRPC network and a
 //!   toy state machine ([`testing`]).
 //!
@@ -36,6 +37,7 @@
 //! ```
 
 mod admin;
+pub mod backup;
 mod convert;
 mod error;
 mod group;
@@ -50,6 +52,7 @@ mod service;
 mod serving;
 pub mod settings;
 mod sm_store;
+pub mod snapshot_file;
 pub mod stages;
 pub mod types;
 

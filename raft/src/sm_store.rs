@@ -185,6 +185,13 @@ impl<S: ReplicatedState> StateMachineStore<S> {
         self.stages.clone()
     }
 
+    /// The state as of the last applied entry, with that entry's id and the membership
+    /// as of it. Read on the state machine's task (`Raft::with_state_machine`), where
+    /// nothing is applied meanwhile: the three agree.
+    pub(crate) fn capture(&self) -> (Option<LogId>, StoredMembership, Vec<u8>) {
+        (self.last_applied, self.last_membership.clone(), read_lock(&self.state).snapshot())
+    }
+
     fn write_lock(&self) -> std::sync::RwLockWriteGuard<'_, S> {
         self.state.write().expect("replicated state lock poisoned by a panic in apply")
     }

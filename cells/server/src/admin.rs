@@ -7,7 +7,11 @@ use holdfast_cell_state::{Command, Outcome};
 use holdfast_core::{Epoch, ErrorCode, LockName, NamespaceName, ShardKey, ShardName};
 use holdfast_proto::admin::v1 as pb;
 use holdfast_proto::admin::v1::cell_admin_server::CellAdmin;
+use holdfast_proto::raft::v1 as rpb;
+use holdfast_raft::backup;
+use holdfast_raft::snapshot_file::GroupKind;
 use holdfast_rpc::status::status;
+use holdfast_rpc::CallContext;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 use tracing::info;
@@ -18,11 +22,13 @@ const MAX_CONTENDED: usize = 10;
 #[derive(Debug, Clone)]
 pub struct CellAdminApi {
     cell: Arc<Cell>,
+    /// The cell's name, as snapshot files name it.
+    name: String,
 }
 
 impl CellAdminApi {
-    pub fn new(cell: Arc<Cell>) -> CellAdminApi {
-        CellAdminApi { cell }
+    pub fn new(cell: Arc<Cell>, name: String) -> CellAdminApi {
+        CellAdminApi { cell, name }
     }
 }
 
@@ -34,6 +40,20 @@ fn shard_key(ns: String, shard: String) -> Result<ShardKey, Status> {
 
 #[tonic::async_trait]
 impl CellAdmin for CellAdminApi {
+    type SaveSnapshotStream = backup::SnapshotStream;
+
+    /// The cell's whole state, read after a read index, audited before it is sent
+    /// (a snapshot the audit log does not record is not taken).
+    async fn save_snapshot(&self, req: Request<rpb::SaveSnapshotRequest>) -> Result<Response<Self::SaveSnapshotStream>, Status> {
+        let ctx = CallContext::from_grpc(&req);
+        backup::is_group(&req.get_ref().group, &self.name)?;
+        let (header, state) = self.cell.group.snapshot_file(GroupKind::Cell, &self.name, &ctx.identity()).await?;
+        let detail = format!("cell {} at entry {} of term {} ({} bytes)", self.name, header.last_index, header.last_term, header.state_bytes);
+        self.cell.audit(&ctx, "snapshot_save", detail).await?;
+        info!(cell = %self.name, index = header.last_index, bytes = header.state_bytes, by = %header.taken_by, "snapshot saved");
+        Ok(Response::new(backup::stream(&header, state)))
+    }
+
     async fn apply_namespace(&self, req: Request<pb::ApplyNamespaceRequest>) -> Result<Response<pb::ApplyNamespaceResponse>, Status> {
         let config = convert::namespace_from(req.into_inner().config.ok_or_else(|| invalid("config is required"))?)?;
         let leader = self.cell.assume_leader()?;

@@ -113,7 +113,10 @@ impl CellServer {
             // A cell's own port serves the cluster (gateways, operators as root): callers
             // with a role in a namespace go through a gateway.
             .add_service(InterceptedService::new(bounded!(LockServiceServer::new(LockApi::new(cell.clone())), transport), auth::nodes_and_root))
-            .add_service(InterceptedService::new(bounded!(CellAdminServer::new(CellAdminApi::new(cell.clone())), transport), auth::nodes_and_root));
+            .add_service(InterceptedService::new(
+                bounded!(CellAdminServer::new(CellAdminApi::new(cell.clone(), cfg.cell.clone())), transport),
+                auth::nodes_and_root,
+            ));
         let serving = Serving::new(node, client, router, tasks, Duration::from_millis(cfg.shutdown_deadline_ms), "client API");
         let stop = serving.stop_signal();
         serving.spawn("leader duties", leader::run(cell.clone(), Duration::from_millis(cfg.checkpoint_interval_ms), stop.clone()));

@@ -352,6 +352,70 @@ async fn a_registry_recovered_from_one_survivor_serves_only_larger_tokens() {
     w.shutdown().await;
 }
 
+/// Issue #44: a restore from a snapshot of the current epoch, taken while tokens are
+/// still being issued after it, serves only tokens larger than every one of them —
+/// the restored registry raises every epoch — and a damaged file is refused before
+/// anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_restored_from_a_snapshot_of_the_current_epoch_serves_only_larger_tokens() {
+    let _g = serial().await;
+    let mut w = World::start().await;
+    let ca = leader_client(&w.a).await;
+    let h = session_at(&ca, 30_000).await;
+    acquire_at(&ca, h, "x", "h-1").await;
+
+    info!("--- a snapshot of the registry at epoch 1, over its RPC, into a file");
+    let file = w._root.path().join("registry.snap");
+    let mut chunks =
+        w.registry_client().await.save_snapshot(holdfast_proto::raft::v1::SaveSnapshotRequest { group: "registry".into() }).await.unwrap().into_inner();
+    let mut bytes = Vec::new();
+    while let Some(c) = chunks.message().await.unwrap() {
+        bytes.extend_from_slice(&c.data);
+    }
+    std::fs::write(&file, &bytes).unwrap();
+    let header = holdfast_raft::snapshot_file::verify(&file).expect("the file checks");
+    assert_eq!((header.group.as_str(), header.members.len()), ("registry", 3), "{header:?}");
+    let e = w.registry_client().await.save_snapshot(holdfast_proto::raft::v1::SaveSnapshotRequest { group: "a".into() }).await.unwrap_err();
+    assert_eq!(code(&e), "INVALID_ARGUMENT", "a snapshot asked of the wrong group: {e:?}");
+
+    info!("--- tokens go on at epoch 1 after the snapshot was taken");
+    let s = session_at(&ca, 30_000).await;
+    let later = acquire_at(&ca, s, "z", "s-1").await;
+    assert_eq!(FencingToken(later).epoch().0, 1);
+
+    info!("--- every voter is lost; a truncated copy of the file is refused and writes nothing");
+    let (raft_addr, client_addr) = (w.registry[0].raft_addr(), w.registry[0].client_addr());
+    for n in std::mem::take(&mut w.registry) {
+        n.shutdown().await;
+    }
+    let cfg = holdfast_registry::RegistryConfig {
+        data_dir: w._root.path().join("registry-1-restored"),
+        raft_addr: raft_addr.to_string(),
+        client_addr: client_addr.to_string(),
+        ..holdfast_registry::testing::config(w._root.path(), 1)
+    };
+    let cut = w._root.path().join("cut.snap");
+    std::fs::write(&cut, &bytes[..bytes.len() - 1]).unwrap();
+    let e = holdfast_registry::recover::restore_from_snapshot(&cut, &cfg, 1_000, "test").expect_err("a truncated snapshot restored");
+    assert!(e.contains("truncated"), "{e}");
+    assert!(!cfg.data_dir.exists(), "a refused restore wrote its target");
+
+    info!("--- restored from the file: one voter, every epoch raised by 1,000");
+    let r = holdfast_registry::recover::restore_from_snapshot(&file, &cfg, 1_000, "test").expect("restore");
+    assert_eq!((r.recovery.shards, r.recovery.highest_epoch), (1, 1_001));
+    let raft = rebind(raft_addr).await;
+    let client = rebind(client_addr).await;
+    w.registry = vec![RegistryServer::start(&cfg, raft, client).await.expect("start the restored voter")];
+
+    info!("--- A adopts the raised epoch: its first token beats the ones issued after the snapshot");
+    let ca = leader_client(&w.a).await;
+    let s = session_at(&ca, 10_000).await;
+    let after = acquire_at(&ca, s, "y", "s-2").await;
+    assert!(after > later, "a token {after:#x} after the restore does not beat {later:#x}, issued after the snapshot");
+    assert_eq!(FencingToken(after).epoch().0, 1_001);
+    w.shutdown().await;
+}
+
 /// Binds `addr` again once its previous owner let it go.
 async fn rebind(addr: SocketAddr) -> tokio::net::TcpListener {
     retry("rebind", || async move { tokio::net::TcpListener::bind(addr).await.map_err(|e| tonic::Status::unavailable(e.to_string())) }).await

@@ -431,6 +431,8 @@ async fn registry_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(), String
         })
         .max()
         .unwrap_or(0);
+    // 1. The backups an SRE takes beforehand: the registry's and a cell's snapshots.
+    snapshots(pg, &survivor)?;
     ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::RegistryQuorumLost, target: "registry: two voters lost for good".into() });
     for v in &lost {
         faults::signal("KILL", faults::pid_of(v)?)?;
@@ -453,13 +455,7 @@ async fn registry_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(), String
     ] {
         args.extend([flag.to_owned(), value]);
     }
-    // The voter's own TLS settings, from its command line.
-    let argv = &survivor.argv;
-    match argv.iter().position(|a| a == "--certs-dir") {
-        Some(i) => args.extend(["--certs-dir".to_owned(), argv.get(i + 1).cloned().unwrap_or_default()]),
-        None if argv.iter().any(|a| a == "--insecure") => args.push("--insecure".into()),
-        None => {}
-    }
+    args.extend(server_tls(&survivor));
     holdfast(&args)?;
     let aside = survivor.data_dir.with_extension("lost");
     std::fs::rename(&survivor.data_dir, &aside).map_err(|e| e.to_string())?;
@@ -511,6 +507,56 @@ async fn registry_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(), String
         return Err(format!("shards granted at an old epoch after a raised one: {:?}", &old_after[..old_after.len().min(5)]));
     }
     Ok(())
+}
+
+/// The voter's own TLS flags, from its command line.
+fn server_tls(node: &crate::drill::playground::Node) -> Vec<String> {
+    let argv = &node.argv;
+    match argv.iter().position(|a| a == "--certs-dir") {
+        Some(i) => vec!["--certs-dir".to_owned(), argv.get(i + 1).cloned().unwrap_or_default()],
+        None if argv.iter().any(|a| a == "--insecure") => vec!["--insecure".into()],
+        None => vec![],
+    }
+}
+
+/// Saves the registry's snapshot (through the first gateway) and the first cell's
+/// (from its nodes), checks both with `snapshot inspect`, and shows the registry's
+/// restorable: refused while the registry has a leader, then restored (with
+/// --force-new-group) into a scratch directory no node runs on.
+fn snapshots(pg: &Playground, voter: &crate::drill::playground::Node) -> Result<(), String> {
+    let first = pg.regions.first().ok_or("no region")?;
+    let cell = first.cells.first().ok_or("the first region has no cell")?;
+    let dir = pg.data_dir.join("drill-snapshots");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let registry_file = dir.join("registry.snap");
+    let cell_file = dir.join(format!("{}.snap", cell.cell));
+    for (which, file) in [(vec!["--registry".to_owned()], &registry_file), (vec!["--cell".to_owned(), cell.cell.clone()], &cell_file)] {
+        let mut args: Vec<String> = ["snapshot", "save"].map(String::from).into();
+        args.extend(which);
+        args.extend(["-o".to_owned(), file.display().to_string(), "--endpoints".to_owned(), first.gateway.grpc.clone()]);
+        args.extend(pg.tls.args());
+        holdfast(&args)?;
+        holdfast(&["snapshot".to_owned(), "inspect".to_owned(), file.display().to_string()])?;
+    }
+    let mut restore: Vec<String> = ["snapshot", "restore"].map(String::from).into();
+    restore.push(registry_file.display().to_string());
+    for (flag, value) in [
+        ("--data-dir", dir.join("restored").display().to_string()),
+        ("--node-id", voter.node_id.to_string()),
+        ("--raft-addr", voter.raft.clone()),
+        ("--client-addr", voter.client.clone()),
+    ] {
+        restore.extend([flag.to_owned(), value]);
+    }
+    restore.extend(server_tls(voter));
+    match holdfast(&restore) {
+        Err(e) if e.contains("may still have a quorum") => println!("a restore while the registry leads is refused"),
+        Err(e) => return Err(e),
+        Ok(()) => return Err("a restore was not refused while the registry has a leader".into()),
+    }
+    restore.push("--force-new-group".into());
+    holdfast(&restore)
 }
 
 /// Whether a workload lock lives in `shard` (its name is `<shard>-job-<n>`).

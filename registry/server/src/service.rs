@@ -7,6 +7,7 @@ use crate::registry::{registry_status, Registry};
 use holdfast_core::{CellId, Epoch, ErrorCode, FencingToken, LockName, Revision, ShardKey};
 use holdfast_proto::registry::v1 as pb;
 use holdfast_proto::registry::v1::registry_service_server::RegistryService;
+use holdfast_raft::snapshot_file::{GroupKind, REGISTRY_GROUP};
 use holdfast_registry_state::{Command, HistoryError, Outcome, RegistryError, ShardState, TokenRecord};
 use holdfast_rpc::status::status;
 use holdfast_rpc::CallContext;
@@ -369,6 +370,23 @@ impl RegistryService for RegistryApi {
             info!(shard = %key, cell = %owner.cell, epoch = owner.epoch, "shard transferred");
         }
         Ok(Response::new(pb::AbortMoveResponse { owner: Some(owner) }))
+    }
+
+    type SaveSnapshotStream = holdfast_raft::backup::SnapshotStream;
+
+    /// The registry's whole state, read after a read index, audited before it is sent
+    /// (a snapshot the audit log does not record is not taken).
+    async fn save_snapshot(&self, req: Request<holdfast_proto::raft::v1::SaveSnapshotRequest>) -> Result<Response<Self::SaveSnapshotStream>, Status> {
+        let by = CallContext::from_grpc(&req).identity();
+        holdfast_raft::backup::is_group(&req.get_ref().group, REGISTRY_GROUP)?;
+        let (header, state) = self.reg.group.snapshot_file(GroupKind::Registry, REGISTRY_GROUP, &by).await?;
+        let detail = format!("registry at entry {} of term {} ({} bytes)", header.last_index, header.last_term, header.state_bytes);
+        match self.reg.write(Command::Audit { by: by.clone(), action: "snapshot_save".into(), detail }).await? {
+            Outcome::Audited { .. } => {}
+            other => return Err(unexpected(other)),
+        }
+        info!(index = header.last_index, bytes = header.state_bytes, by = %by, "snapshot saved");
+        Ok(Response::new(holdfast_raft::backup::stream(&header, state)))
     }
 
     type WatchOwnershipStream = BoxStream<pb::OwnershipEvent>;
