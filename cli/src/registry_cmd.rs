@@ -120,22 +120,10 @@ async fn recover(a: RecoverArgs) -> Result<(), String> {
 }
 
 /// Refuses when a member of the old registry (`members`: id, Raft address) still
-/// answers with a leader: that registry may still have a quorum.
+/// answers with a leader.
 pub(crate) async fn refuse_if_old_registry_leads(cfg: &RegistryConfig, members: Vec<(u64, String)>) -> Result<(), String> {
     let transport = holdfast_rpc::Transport::new(cfg.transport.clone(), cfg.tls.security()?);
-    for (id, addr) in members {
-        if let Ok(m) = crate::remote::raft_metrics(&transport, &addr).await {
-            if m.has_leader {
-                return Err(format!(
-                    "member {id} of the old registry ({addr}) answers and follows leader {}: the old registry may still have a quorum. \
-                     Recover only a registry whose majority is gone for good; if its members that answer are to be discarded, stop them and run again, \
-                     or pass --force-new-group",
-                    m.leader_id
-                ));
-            }
-        }
-    }
-    Ok(())
+    crate::remote::refuse_if_old_group_leads(&transport, "the old registry", members).await
 }
 
 /// What a recovery or a restore raised, and what to do next.

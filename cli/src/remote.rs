@@ -182,6 +182,26 @@ pub async fn raft_metrics(t: &Transport, addr: &str) -> Result<rpb::MetricsRespo
     }
 }
 
+/// Refuses when a member of an old group (`members`: id, Raft address) still answers
+/// and follows a leader: that group may still have a quorum, and forming a new one
+/// from a copy of it would split it in two. `what` names it ("the registry", "cell
+/// east-1").
+pub async fn refuse_if_old_group_leads(t: &Transport, what: &str, members: Vec<(u64, String)>) -> Result<(), String> {
+    for (id, addr) in members {
+        if let Ok(m) = raft_metrics(t, &addr).await {
+            if m.has_leader {
+                return Err(format!(
+                    "member {id} of {what} ({addr}) answers and follows leader {}: {what} may still have a quorum. \
+                     Recover only a group whose majority is gone for good; if its members that answer are to be discarded, stop them and run again, \
+                     or pass --force-new-group",
+                    m.leader_id
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Serves `app` on a loopback port for the rest of the process (the fenced test
 /// resources of `demo` and `drill`, which worker processes post to); returns its base
 /// URL.

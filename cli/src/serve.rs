@@ -35,6 +35,18 @@ pub enum CellCmd {
     /// Change a running cell's voters: add, remove or replace a node (learner first).
     #[command(subcommand)]
     Member(crate::members::MemberCmd),
+    /// Form a cell that lost its majority for good again from one stopped survivor's
+    /// data directory (docs/runbooks/cell-quorum-lost.md): its state is copied into a
+    /// new cell of one member on the data directory the node flags (or --config)
+    /// name, with every shard sealed, so the cell grants nothing at the epochs it had:
+    /// the registry restarts each shard at its next epoch and the cell adopts it.
+    /// Start the node with `cell run`, then add members back with `cell member add`.
+    /// Refuses while a member of the old cell still answers with a leader, unless
+    /// --force-new-group.
+    ///
+    /// Example: holdfast cell recover --from /var/lib/holdfast/east-1-0 --config east-1-0.toml \
+    ///            --data-dir /var/lib/holdfast/east-1-0.recovered
+    Recover(RecoverArgs),
     /// Show a node's Raft state: leader, term, commit index.
     ///
     /// Example: holdfast cell status --raft-endpoint 127.0.0.1:7101
@@ -149,6 +161,22 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// The stopped survivor's data directory.
+    #[arg(long)]
+    from: PathBuf,
+    /// The recovered node: its id, new data directory and addresses (as `cell run`).
+    #[command(flatten)]
+    node: NodeArgs,
+    /// The cell's name.
+    #[arg(long)]
+    cell: Option<String>,
+    /// Skip the check that no member of the old cell still has a leader.
+    #[arg(long)]
+    force_new_group: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct InitArgs {
     /// Raft address of the node that performs the initialization.
     #[arg(long, env = "HOLDFAST_RAFT_ENDPOINT")]
@@ -172,7 +200,57 @@ pub async fn run(cmd: CellCmd) -> Result<(), String> {
         CellCmd::Member(m) => crate::members::run(m).await,
         CellCmd::Retire(a) => crate::ops::retire_cell(a).await,
         CellCmd::Status { raft_endpoint, tls } => status(raft_endpoint, &tls).await,
+        CellCmd::Recover(a) => recover(a).await,
     }
+}
+
+async fn recover(a: RecoverArgs) -> Result<(), String> {
+    let cfg = CellConfig::load(a.node.config(), &a.node.overrides([("cell", a.cell)])).map_err(|e| e.to_string())?;
+    if a.node.print_config {
+        return print_config(&cfg);
+    }
+    if !a.force_new_group {
+        let members = holdfast_cell::recover::lost_members(&a.from)?;
+        refuse_if_old_cell_leads(&cfg, members).await?;
+    }
+    let r = holdfast_cell::recover::recover_from_survivor(&a.from, &cfg)?;
+    println!(
+        "cell {} recovered from node {} (entry {} of term {}) into {} as node {} (disk {:016x})",
+        cfg.cell,
+        r.source_node,
+        r.last_index,
+        r.last_term,
+        cfg.data_dir.display(),
+        cfg.node_id,
+        r.disk
+    );
+    print_cell_recovered(&r, &cfg);
+    Ok(())
+}
+
+/// Refuses when a member of the old cell (`members`: id, Raft address) still answers
+/// with a leader.
+pub(crate) async fn refuse_if_old_cell_leads(cfg: &CellConfig, members: Vec<(u64, String)>) -> Result<(), String> {
+    let transport = holdfast_rpc::Transport::new(cfg.transport.clone(), cfg.tls.security()?);
+    crate::remote::refuse_if_old_group_leads(&transport, &format!("cell {}", cfg.cell), members).await
+}
+
+/// What a cell recovery or restore sealed, and what to do next.
+pub(crate) fn print_cell_recovered(r: &holdfast_cell::recover::CellRecovered, cfg: &CellConfig) {
+    let sealed: Vec<String> = r.sealed.iter().map(|(s, e)| format!("{s}@{e}")).collect();
+    println!(
+        "{} shards sealed at the epochs they had ({}); {} sessions homed in them ended, {} left",
+        r.sealed.len(),
+        if sealed.is_empty() { "none".to_owned() } else { sealed.join(" ") },
+        r.sessions_ended,
+        r.sessions_left
+    );
+    let lost: Vec<String> = r.lost_members.iter().map(|(id, addr)| format!("{id}={addr}")).collect();
+    println!(
+        "the lost cell's members were {}; start this node with `holdfast cell run` on {}: the registry restarts each shard at its next epoch and the cell adopts it; then add members back on empty disks with `holdfast cell member add`",
+        lost.join(" "),
+        cfg.data_dir.display()
+    );
 }
 
 async fn run_node(a: RunArgs) -> Result<(), String> {

@@ -1,11 +1,12 @@
 //! `holdfast snapshot save|inspect|restore`: a group's whole state in a file an
 //! operator keeps off the cluster (the layout: `holdfast_raft::snapshot_file`), and a
-//! new registry formed from one (docs/runbooks/disaster-recovery.md).
+//! new registry or cell formed from one (docs/runbooks/disaster-recovery.md).
 
 use crate::client::registry;
 use crate::remote::{ClientTls, Remote};
 use crate::serve::NodeArgs;
 use clap::{Args, Subcommand};
+use holdfast_cell::CellConfig;
 use holdfast_proto::admin::v1::cell_admin_client::CellAdminClient;
 use holdfast_proto::raft::v1 as raftpb;
 use holdfast_proto::registry::v1 as rpb;
@@ -36,12 +37,14 @@ pub enum SnapshotCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Form a new registry of one voter from a registry snapshot, every shard's epoch
-    /// raised past any the lost registry can have served since (as `registry
-    /// recover`). The file is checked whole before anything is written; the node flags
-    /// (or --config) name the new voter and its new, empty data directory. Start it with
-    /// `registry run`, then add voters back with `registry member add`. Refuses while a
-    /// member the snapshot lists still answers with a leader, unless --force-new-group.
+    /// Form a new group of one member from a snapshot: a registry with every shard's
+    /// epoch raised past any the lost registry can have served since (as `registry
+    /// recover`), or a cell with every shard sealed, so that the registry restarts
+    /// each at its next epoch before the cell grants (as `cell recover`). The file is
+    /// checked whole before anything is written; the node flags (or --config) name the
+    /// new member and its new, empty data directory. Start it with `registry run` or
+    /// `cell run`, then add members back with `member add`. Refuses while a member the
+    /// snapshot lists still answers with a leader, unless --force-new-group.
     ///
     /// Example: holdfast snapshot restore registry-2026-12-07.snap --config registry-1.toml \
     ///            --data-dir /var/lib/holdfast/registry-1.restored
@@ -78,10 +81,13 @@ pub struct RestoreArgs {
     /// The new voter: its id, new data directory and addresses (as `registry run`).
     #[command(flatten)]
     node: NodeArgs,
-    /// How far every shard's epoch is raised: more than the moves of one shard since
-    /// the snapshot was taken.
+    /// A registry's snapshot: how far every shard's epoch is raised, more than the
+    /// moves of one shard since the snapshot was taken.
     #[arg(long, default_value_t = holdfast_registry::recover::RECOVERY_EPOCH_GAP)]
     epoch_gap: u32,
+    /// A cell's snapshot: the cell's name (default: the one the file names).
+    #[arg(long)]
+    cell: Option<String>,
     /// Skip the check that no member the snapshot lists still has a leader.
     #[arg(long)]
     force_new_group: bool,
@@ -208,23 +214,22 @@ fn print_header(file: &Path, bytes: u64, h: &Header) {
 }
 
 async fn restore(a: RestoreArgs) -> Result<(), String> {
+    // The whole file is checked before anything else, and read again whole by the
+    // restore itself before it writes.
+    let header = snapshot_file::verify(&a.file).map_err(|e| e.to_string())?;
+    match header.kind {
+        GroupKind::Registry => restore_registry(a, &header).await,
+        GroupKind::Cell => restore_cell(a, &header).await,
+    }
+}
+
+async fn restore_registry(a: RestoreArgs, header: &Header) -> Result<(), String> {
     let cfg = RegistryConfig::load(a.node.config(), &a.node.overrides([])).map_err(|e| e.to_string())?;
     if a.node.print_config() {
         return crate::serve::print_config(&cfg);
     }
-    // The whole file is checked before anything else, and read again whole by the
-    // restore itself before it writes.
-    let header = snapshot_file::verify(&a.file).map_err(|e| e.to_string())?;
-    if header.kind != GroupKind::Registry {
-        return Err(format!(
-            "{} is a snapshot of cell {:?}: restoring a cell from a snapshot is not built yet; a cell that lost its majority hands its shards to a healthy cell and is rebuilt empty (docs/runbooks/cell-quorum-lost.md)",
-            a.file.display(),
-            header.group
-        ));
-    }
     if !a.force_new_group {
-        let members = header.members.iter().map(|(id, m)| (*id, m.raft.clone())).collect();
-        crate::registry_cmd::refuse_if_old_registry_leads(&cfg, members).await?;
+        crate::registry_cmd::refuse_if_old_registry_leads(&cfg, old_members(header)).await?;
     }
     let by = format!("holdfast snapshot restore (node {}, as {})", cfg.node_id, crate::registry_cmd::whoami());
     let r = holdfast_registry::recover::restore_from_snapshot(&a.file, &cfg, a.epoch_gap, &by)?;
@@ -240,4 +245,36 @@ async fn restore(a: RestoreArgs) -> Result<(), String> {
     );
     crate::registry_cmd::print_recovered(&r, &cfg, a.epoch_gap);
     Ok(())
+}
+
+/// A cell's snapshot: the cell is the one the file names, unless --cell says otherwise
+/// (which the restore then refuses).
+async fn restore_cell(a: RestoreArgs, header: &Header) -> Result<(), String> {
+    let cell = a.cell.clone().unwrap_or_else(|| header.group.clone());
+    let cfg = CellConfig::load(a.node.config(), &a.node.overrides([("cell", Some(cell))])).map_err(|e| e.to_string())?;
+    if a.node.print_config() {
+        return crate::serve::print_config(&cfg);
+    }
+    if !a.force_new_group {
+        crate::serve::refuse_if_old_cell_leads(&cfg, old_members(header)).await?;
+    }
+    let r = holdfast_cell::recover::restore_from_snapshot(&a.file, &cfg)?;
+    println!(
+        "cell {} restored from {} (entry {} of term {}, taken by {}) into {} as node {} (disk {:016x})",
+        cfg.cell,
+        a.file.display(),
+        r.last_index,
+        r.last_term,
+        header.taken_by,
+        cfg.data_dir.display(),
+        cfg.node_id,
+        r.disk
+    );
+    crate::serve::print_cell_recovered(&r, &cfg);
+    Ok(())
+}
+
+/// The members the snapshot lists (id, Raft address).
+fn old_members(header: &Header) -> Vec<(u64, String)> {
+    header.members.iter().map(|(id, m)| (*id, m.raft.clone())).collect()
 }

@@ -146,6 +146,20 @@ fn drills_on_a_netns_playground_find_no_violation_and_catch_an_unfenced_resource
     assert_eq!(r["violations"].as_array().unwrap().len(), 0, "{r}");
     one_owner_each(d, &gw);
 
+    // Issue #44: the east cell's majority lost for good (two nodes killed, their data
+    // deleted) under the workload; the third formed again alone with `holdfast cell
+    // recover` (its copy's shards sealed), the two added back empty. The cell's shards
+    // then grant only above every epoch they granted at before.
+    let out = tmp.path().join("cell-loss");
+    let o = out.to_str().unwrap();
+    let stdout = ok(&["drill", "run", "--data-dir", d, "--scenario", "cell-loss", "--settle-s", "2", "--out", o]);
+    eprintln!("{stdout}");
+    assert!(stdout.contains("shards sealed at the epochs they had"), "{stdout}");
+    assert!(stdout.contains("0 old-epoch grant(s) after a raised one"), "{stdout}");
+    let r = report(&out);
+    assert_eq!(r["violations"].as_array().unwrap().len(), 0, "{r}");
+    one_owner_each(d, &gw);
+
     // Real processes stopped and killed: a holder SIGSTOPped past its TTL writes late
     // and is refused, a leader SIGSTOPped past its election timeout, a region killed.
     let out = tmp.path().join("process-faults");

@@ -80,6 +80,9 @@ pub enum FaultKind {
     /// The registry loses its quorum: a majority of its voters stopped (SIGSTOP) while
     /// every cell and gateway runs on.
     RegistryQuorumLost,
+    /// A cell's majority lost for good: its nodes killed and their data directories
+    /// deleted (a drill on real processes; the survivor is recovered).
+    CellMajorityLost,
     /// A whole region cut off from the rest: its cell's nodes from the registry's
     /// voters and from the gateways of other regions, a gateway in it from the
     /// registry too (the simulation with moves).

@@ -20,6 +20,7 @@ pub mod leader;
 pub mod machine;
 pub mod metrics;
 pub mod ownership;
+pub mod recover;
 pub mod server;
 pub mod service;
 pub mod term;

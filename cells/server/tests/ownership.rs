@@ -416,6 +416,61 @@ async fn a_registry_restored_from_a_snapshot_of_the_current_epoch_serves_only_la
     w.shutdown().await;
 }
 
+/// Issue #44: a cell restored from a snapshot of its current epoch — tokens went on
+/// being issued at that epoch after the snapshot — grants nothing at the epoch it had:
+/// every shard is sealed in the copy, the registry restarts it at the next epoch, and
+/// the first token after is larger than every token before. The same from a stopped
+/// survivor's directory (`cell recover`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_restored_from_a_snapshot_or_a_survivor_serves_only_larger_tokens() {
+    let _g = serial().await;
+    let mut w = World::start().await;
+    let ca = leader_client(&w.a).await;
+    let h = session_at(&ca, 30_000).await;
+    acquire_at(&ca, h, "x", "h-1").await;
+
+    info!("--- a snapshot of cell a at epoch 1, then more tokens at epoch 1");
+    let leader = w.a.leader().await;
+    let mut admin = holdfast_proto::admin::v1::cell_admin_client::CellAdminClient::new(w.a.channel(leader).await);
+    let mut chunks = admin.save_snapshot(holdfast_proto::raft::v1::SaveSnapshotRequest { group: "a".into() }).await.unwrap().into_inner();
+    let mut bytes = Vec::new();
+    while let Some(c) = chunks.message().await.unwrap() {
+        bytes.extend_from_slice(&c.data);
+    }
+    let file = w._root.path().join("a.snap");
+    std::fs::write(&file, &bytes).unwrap();
+    let s = session_at(&ca, 30_000).await;
+    let later = acquire_at(&ca, s, "z", "s-1").await;
+    assert_eq!(FencingToken(later).epoch().0, 1);
+
+    info!("--- every node of a lost; node 1 formed again alone from the snapshot");
+    w.a.reform_from(1, |cfg, _| {
+        let r = holdfast_cell::recover::restore_from_snapshot(&file, cfg).expect("restore");
+        assert_eq!(r.sealed.iter().map(|(_, e)| *e).collect::<Vec<_>>(), vec![1], "{:?}", r.sealed);
+    })
+    .await;
+
+    info!("--- the registry restarts the shard at epoch 2: the first token beats every one before");
+    let ca = leader_client(&w.a).await;
+    let s = session_at(&ca, 30_000).await;
+    let after = acquire_at(&ca, s, "y", "s-2").await;
+    assert!(after > later, "a token {after:#x} after the restore does not beat {later:#x}, issued after the snapshot");
+    assert_eq!(FencingToken(after).epoch().0, 2);
+    assert_eq!(w.owner().await.epoch, 2);
+
+    info!("--- lost again; formed from the survivor's directory: epoch 3");
+    w.a.reform_from(1, |cfg, survivor| {
+        let r = holdfast_cell::recover::recover_from_survivor(survivor, cfg).expect("recover");
+        assert_eq!(r.sealed.iter().map(|(_, e)| *e).collect::<Vec<_>>(), vec![2], "{:?}", r.sealed);
+    })
+    .await;
+    let ca = leader_client(&w.a).await;
+    let s = session_at(&ca, 30_000).await;
+    let last = acquire_at(&ca, s, "y", "s-3").await;
+    assert!(last > after && FencingToken(last).epoch().0 == 3, "{last:#x} after {after:#x}");
+    w.shutdown().await;
+}
+
 /// Binds `addr` again once its previous owner let it go.
 async fn rebind(addr: SocketAddr) -> tokio::net::TcpListener {
     retry("rebind", || async move { tokio::net::TcpListener::bind(addr).await.map_err(|e| tonic::Status::unavailable(e.to_string())) }).await

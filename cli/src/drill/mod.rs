@@ -20,6 +20,7 @@ mod evacuate;
 pub mod failover;
 mod faults;
 mod holder;
+mod loss;
 mod observe;
 mod playground;
 mod resource;

@@ -63,6 +63,13 @@ pub enum Scenario {
     /// `holdfast registry member add`. Every region serves throughout; afterwards every
     /// region grants at the raised epochs, and no shard grants at an old epoch again.
     RegistryLoss,
+    /// A cell's majority lost for good (issue #44): of the first region's cell, two
+    /// nodes SIGKILLed and their data directories deleted under the workload; the
+    /// third stopped, formed again alone with `holdfast cell recover`, restarted; the
+    /// lost nodes come back empty and are added with `holdfast cell member add`. The
+    /// cell's shards then grant only at epochs above every epoch they granted at
+    /// before.
+    CellLoss,
     /// A lock holder process SIGSTOPped `--pauses` times, each for a random time
     /// around its TTL (from `--seed`; the first one well past it), while the next
     /// holder waits for the lock; each resumed holder writes with its old token
@@ -166,7 +173,9 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
 
     let region = match (a.region.clone(), a.scenario) {
         (Some(r), _) => r,
-        (None, Scenario::Evacuate | Scenario::HolderPauses | Scenario::RegistryOutage | Scenario::RegistryLoss) => pg.regions[0].name.clone(),
+        (None, Scenario::Evacuate | Scenario::HolderPauses | Scenario::RegistryOutage | Scenario::RegistryLoss | Scenario::CellLoss) => {
+            pg.regions[0].name.clone()
+        }
         (None, Scenario::Partition | Scenario::ProcessFaults) => pg.regions.last().map(|r| r.name.clone()).unwrap_or_default(),
     };
     let ctx = Ctx { reg: reg.clone(), rec: rec.clone(), dir: out.clone(), timeout: Duration::from_secs(180) };
@@ -176,7 +185,8 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         Scenario::ProcessFaults => process_faults_scenario(&ctx, &pg, &region, &owners, resource.clone(), a.ttl_ms, Duration::from_secs(a.cut_s)).await,
         Scenario::HolderPauses => holder_pauses_scenario(&ctx, &pg, &owners, resource.clone(), a.ttl_ms, a.pauses, a.seed).await,
         Scenario::RegistryOutage => registry_outage_scenario(&ctx, &pg, Duration::from_secs(a.cut_s)).await,
-        Scenario::RegistryLoss => registry_loss_scenario(&ctx, &pg).await,
+        Scenario::RegistryLoss => super::loss::registry_loss_scenario(&ctx, &pg).await,
+        Scenario::CellLoss => super::loss::cell_loss_scenario(&ctx, &pg).await,
     };
     if let Err(e) = &scenario {
         println!("scenario failed: {e}");
@@ -203,6 +213,9 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
         Scenario::HolderPauses => format!("Drill: a lock holder SIGSTOPped {} times around its TTL (seed {})", a.pauses, a.seed),
         Scenario::RegistryOutage => format!("Drill: the registry's quorum lost for {} s under a fenced workload in every region", a.cut_s),
         Scenario::RegistryLoss => "Drill: the registry's majority lost for good, recovered from one survivor".to_owned(),
+        Scenario::CellLoss => {
+            format!("Drill: cell {}'s majority lost for good, recovered from one survivor", pg.regions[0].cells.first().map_or("?", |c| c.cell.as_str()))
+        }
     };
     let check = report(&out, &title, &rec.history())?;
     scenario?;
@@ -212,7 +225,7 @@ pub async fn run(a: RunArgs) -> Result<(), String> {
     Ok(())
 }
 
-async fn wait_for(within: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Result<(), String> {
+pub(super) async fn wait_for(within: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + within;
     while !cond() {
         if tokio::time::Instant::now() > deadline {
@@ -374,7 +387,7 @@ async fn registry_outage_scenario(ctx: &Ctx, pg: &Playground, down: Duration) ->
 }
 
 /// How long until a registry write succeeds (a namespace `name` created, or found).
-async fn registry_writes_work(ctx: &Ctx, name: &str, within: Duration) -> Result<Duration, String> {
+pub(super) async fn registry_writes_work(ctx: &Ctx, name: &str, within: Duration) -> Result<Duration, String> {
     let started = tokio::time::Instant::now();
     loop {
         let config = apb::NamespaceConfig { name: name.into(), owner: "drills".into(), intent: pb::Intent::Correctness as i32, ..Default::default() };
@@ -389,7 +402,7 @@ async fn registry_writes_work(ctx: &Ctx, name: &str, within: Duration) -> Result
 }
 
 /// Runs this binary with `args`, as an SRE would type the command; its output is shown.
-fn holdfast(args: &[String]) -> Result<(), String> {
+pub(super) fn holdfast(args: &[String]) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::process::Command::new(exe).args(args).output().map_err(|e| e.to_string())?;
     print!("{}", String::from_utf8_lossy(&out.stdout));
@@ -400,7 +413,7 @@ fn holdfast(args: &[String]) -> Result<(), String> {
 }
 
 /// Waits until `pid` has exited.
-async fn exited(pid: u32, within: Duration) -> Result<(), String> {
+pub(super) async fn exited(pid: u32, within: Duration) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + within;
     while faults::alive(pid) {
         if tokio::time::Instant::now() > deadline {
@@ -411,156 +424,8 @@ async fn exited(pid: u32, within: Duration) -> Result<(), String> {
     Ok(())
 }
 
-/// The registry's majority lost for good, then formed again from the survivor (issue
-/// #44; docs/runbooks/disaster-recovery.md, each step the command an SRE types).
-async fn registry_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(), String> {
-    if pg.regions.len() < 3 {
-        return Err("a registry loss needs three regions".into());
-    }
-    let survivor = pg.regions[0].registry.clone();
-    let lost: Vec<_> = pg.regions[1..3].iter().map(|r| r.registry.clone()).collect();
-    let before_ms = ctx.rec.ms();
-    let highest_epoch_before = ctx
-        .rec
-        .history()
-        .events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::GrantOk { token, .. } => Some(token.epoch().0),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    // 1. The backups an SRE takes beforehand: the registry's and a cell's snapshots.
-    snapshots(pg, &survivor)?;
-    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::RegistryQuorumLost, target: "registry: two voters lost for good".into() });
-    for v in &lost {
-        faults::signal("KILL", faults::pid_of(v)?)?;
-        exited(faults::pid_of(v)?, Duration::from_secs(10)).await?;
-        std::fs::remove_dir_all(&v.data_dir).map_err(|e| format!("{}: {e}", v.data_dir.display()))?;
-    }
-    println!("registry voters {} killed and their data directories deleted", lost.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", "));
-
-    // 2. Stop the survivor; 3. recover it into a new directory; 4. start it there.
-    faults::signal("TERM", faults::pid_of(&survivor)?)?;
-    exited(faults::pid_of(&survivor)?, Duration::from_secs(20)).await?;
-    let recovered = survivor.data_dir.with_extension("recovered");
-    let mut args: Vec<String> = ["registry", "recover", "--from"].map(String::from).into();
-    args.push(survivor.data_dir.display().to_string());
-    for (flag, value) in [
-        ("--data-dir", recovered.display().to_string()),
-        ("--node-id", survivor.node_id.to_string()),
-        ("--raft-addr", survivor.raft.clone()),
-        ("--client-addr", survivor.client.clone()),
-    ] {
-        args.extend([flag.to_owned(), value]);
-    }
-    args.extend(server_tls(&survivor));
-    holdfast(&args)?;
-    let aside = survivor.data_dir.with_extension("lost");
-    std::fs::rename(&survivor.data_dir, &aside).map_err(|e| e.to_string())?;
-    std::fs::rename(&recovered, &survivor.data_dir).map_err(|e| e.to_string())?;
-    let recover_ms = ctx.rec.ms();
-    faults::restart(&pg.data_dir, Duration::from_secs(60)).await?;
-    let took = registry_writes_work(ctx, "drill-recovery-probe", Duration::from_secs(60)).await?;
-    println!("the recovered registry takes writes {} ms after its restart", took.as_millis());
-
-    // 5. The lost voters, back on empty directories, join the new registry.
-    for v in &lost {
-        let mut args: Vec<String> = ["registry", "member", "add", "--raft-endpoint"].map(String::from).into();
-        args.extend([survivor.raft.clone(), "--member".into(), format!("{}={},{}", v.node_id, v.raft, v.client)]);
-        args.extend(pg.tls.args());
-        holdfast(&args)?;
-    }
-    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: "registry recovered, voters added back".into() });
-
-    // Every region grants at a raised epoch, and no shard at an old one after that.
-    let raised = |e: u32| e > highest_epoch_before;
-    let rec = ctx.rec.clone();
-    let regions: Vec<String> = pg.regions.iter().map(|r| r.name.clone()).collect();
-    wait_for(Duration::from_secs(60), "every region's grants at a raised epoch", || {
-        let h = rec.history();
-        regions.iter().all(|name| {
-            h.events.iter().any(|e| matches!(&e.kind, EventKind::GrantOk { region, token, .. } if region.as_str() == name && raised(token.epoch().0)))
-        })
-    })
-    .await?;
-    let h = ctx.rec.history();
-    let mut first_raised = std::collections::BTreeMap::new();
-    let mut old_after = Vec::new();
-    for e in h.events.iter().filter(|e| e.t_ms >= recover_ms) {
-        if let EventKind::GrantOk { lock, token, .. } = &e.kind {
-            let shard = lock.name.as_str().split("-job-").next().unwrap_or("").to_owned();
-            if raised(token.epoch().0) {
-                first_raised.entry(shard).or_insert(e.t_ms);
-            } else if first_raised.get(&shard).is_some_and(|t| *t <= e.t_ms) {
-                old_after.push(format!("{} token {:#x}", lock.name, token.0));
-            }
-        }
-    }
-    let grants_during = h.events.iter().filter(|e| e.t_ms >= before_ms && e.t_ms <= recover_ms && matches!(e.kind, EventKind::GrantOk { .. })).count();
-    println!(
-        "grants while the registry was lost: {grants_during}; highest epoch before {highest_epoch_before}, every region now at a raised epoch; {} old-epoch grant(s) after a raised one",
-        old_after.len()
-    );
-    if !old_after.is_empty() {
-        return Err(format!("shards granted at an old epoch after a raised one: {:?}", &old_after[..old_after.len().min(5)]));
-    }
-    Ok(())
-}
-
-/// The voter's own TLS flags, from its command line.
-fn server_tls(node: &crate::drill::playground::Node) -> Vec<String> {
-    let argv = &node.argv;
-    match argv.iter().position(|a| a == "--certs-dir") {
-        Some(i) => vec!["--certs-dir".to_owned(), argv.get(i + 1).cloned().unwrap_or_default()],
-        None if argv.iter().any(|a| a == "--insecure") => vec!["--insecure".into()],
-        None => vec![],
-    }
-}
-
-/// Saves the registry's snapshot (through the first gateway) and the first cell's
-/// (from its nodes), checks both with `snapshot inspect`, and shows the registry's
-/// restorable: refused while the registry has a leader, then restored (with
-/// --force-new-group) into a scratch directory no node runs on.
-fn snapshots(pg: &Playground, voter: &crate::drill::playground::Node) -> Result<(), String> {
-    let first = pg.regions.first().ok_or("no region")?;
-    let cell = first.cells.first().ok_or("the first region has no cell")?;
-    let dir = pg.data_dir.join("drill-snapshots");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let registry_file = dir.join("registry.snap");
-    let cell_file = dir.join(format!("{}.snap", cell.cell));
-    for (which, file) in [(vec!["--registry".to_owned()], &registry_file), (vec!["--cell".to_owned(), cell.cell.clone()], &cell_file)] {
-        let mut args: Vec<String> = ["snapshot", "save"].map(String::from).into();
-        args.extend(which);
-        args.extend(["-o".to_owned(), file.display().to_string(), "--endpoints".to_owned(), first.gateway.grpc.clone()]);
-        args.extend(pg.tls.args());
-        holdfast(&args)?;
-        holdfast(&["snapshot".to_owned(), "inspect".to_owned(), file.display().to_string()])?;
-    }
-    let mut restore: Vec<String> = ["snapshot", "restore"].map(String::from).into();
-    restore.push(registry_file.display().to_string());
-    for (flag, value) in [
-        ("--data-dir", dir.join("restored").display().to_string()),
-        ("--node-id", voter.node_id.to_string()),
-        ("--raft-addr", voter.raft.clone()),
-        ("--client-addr", voter.client.clone()),
-    ] {
-        restore.extend([flag.to_owned(), value]);
-    }
-    restore.extend(server_tls(voter));
-    match holdfast(&restore) {
-        Err(e) if e.contains("may still have a quorum") => println!("a restore while the registry leads is refused"),
-        Err(e) => return Err(e),
-        Ok(()) => return Err("a restore was not refused while the registry has a leader".into()),
-    }
-    restore.push("--force-new-group".into());
-    holdfast(&restore)
-}
-
 /// Whether a workload lock lives in `shard` (its name is `<shard>-job-<n>`).
-fn owners_shard(lock: &str, shard: &str) -> bool {
+pub(super) fn owners_shard(lock: &str, shard: &str) -> bool {
     lock.strip_prefix(shard).is_some_and(|rest| rest.starts_with("-job-"))
 }
 

@@ -153,6 +153,27 @@ impl TestCell {
         self.nodes[&ids[0]].initialize(members).await.unwrap();
     }
 
+    /// The cell loses its majority for good and is formed again from one member:
+    /// every node stopped, node `id`'s directory moved aside (the survivor's copy) and
+    /// the others removed, then `write` fills node `id`'s directory (given the node's
+    /// configuration on its old addresses, and the survivor's directory) and node `id`
+    /// alone starts on it.
+    pub async fn reform_from(&mut self, id: u64, write: impl FnOnce(&CellConfig, &std::path::Path)) {
+        let ids: Vec<u64> = self.nodes.keys().copied().collect();
+        for i in &ids {
+            self.stop_node(*i).await;
+        }
+        let survivor = self.root.path().join(format!("node-{id}.survivor"));
+        let _ = std::fs::remove_dir_all(&survivor);
+        std::fs::rename(self.root.path().join(format!("node-{id}")), &survivor).unwrap();
+        for i in ids.iter().filter(|i| **i != id) {
+            self.remove_data(*i).await;
+        }
+        let cfg = CellConfig { raft_addr: self.raft_addrs[&id].to_string(), client_addr: self.client_addrs[&id].to_string(), ..self.config(id) };
+        write(&cfg, &survivor);
+        self.start_node(id).await;
+    }
+
     /// Node `id` loses its disk: stopped, its data directory removed, started again
     /// empty under the same id on the same addresses (a recreated volume).
     pub async fn wipe_node(&mut self, id: u64) {
