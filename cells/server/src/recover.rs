@@ -58,17 +58,7 @@ pub fn recover_from_survivor(from: &Path, cfg: &CellConfig) -> Result<CellRecove
     let survivor = read_stopped(from, CellMachine::new(Hooks::new())).map_err(|e| e.to_string())?;
     let lost_members = survivor.members.iter().map(|(id, n)| (*id, n.raft_addr.clone())).collect();
     let state = survivor.state.state().clone();
-    let (sealed, sessions_ended, sessions_left, disk) = seal_and_write(state, survivor.last_log_id, survivor.term, cfg)?;
-    Ok(CellRecovered {
-        source_node: survivor.node_id,
-        last_index: survivor.last_log_id.index,
-        last_term: survivor.last_log_id.leader_id.term,
-        sealed,
-        sessions_ended,
-        sessions_left,
-        lost_members,
-        disk,
-    })
+    seal_and_write(state, survivor.last_log_id, survivor.term, survivor.node_id, lost_members, cfg)
 }
 
 /// As [`recover_from_survivor`], from a cell's snapshot file (read whole and checked
@@ -79,22 +69,20 @@ pub fn restore_from_snapshot(file: &Path, cfg: &CellConfig) -> Result<CellRecove
         return Err(format!("{}: a snapshot of {} {:?}, not of cell {:?}", file.display(), header.kind, header.group, cfg.cell));
     }
     let state = CellState::restore(&bytes).map_err(|e| format!("{}: its state does not read as a cell's: {e}", file.display()))?;
-    let (sealed, sessions_ended, sessions_left, disk) = seal_and_write(state, header.last_log_id(), header.term, cfg)?;
-    Ok(CellRecovered {
-        source_node: header.leader,
-        last_index: header.last_index,
-        last_term: header.last_term,
-        sealed,
-        sessions_ended,
-        sessions_left,
-        lost_members: header.members.iter().map(|(id, m)| (*id, m.raft.clone())).collect(),
-        disk,
-    })
+    let lost_members = header.members.iter().map(|(id, m)| (*id, m.raft.clone())).collect();
+    seal_and_write(state, header.last_log_id(), header.term, header.leader, lost_members, cfg)
 }
 
 /// Seals every shard of `state` that is not sealed yet, at the epoch it has (see the
 /// module's doc), then writes it as the whole state of a new cell of one member.
-fn seal_and_write(mut state: CellState, last_log_id: LogId, term: u64, cfg: &CellConfig) -> Result<(Vec<(String, u32)>, usize, usize, u64), String> {
+fn seal_and_write(
+    mut state: CellState,
+    last_log_id: LogId,
+    term: u64,
+    source_node: NodeId,
+    lost_members: Vec<(NodeId, String)>,
+    cfg: &CellConfig,
+) -> Result<CellRecovered, String> {
     let before = state.session_countdowns().count();
     let open: Vec<_> = state.shards().filter(|s| !s.sealed).map(|s| (s.key, s.epoch)).collect();
     let mut sealed = Vec::with_capacity(open.len());
@@ -106,5 +94,14 @@ fn seal_and_write(mut state: CellState, last_log_id: LogId, term: u64, cfg: &Cel
     let left = state.session_countdowns().count();
     let node = Node::new(cfg.raft_addr.clone(), cfg.advertise_client_addr.clone().unwrap_or_else(|| cfg.client_addr.clone()));
     let disk = write_new_member(&cfg.data_dir, cfg.node_id, node, state.snapshot(), last_log_id, term).map_err(|e| e.to_string())?;
-    Ok((sealed, before - left, left, disk))
+    Ok(CellRecovered {
+        source_node,
+        last_index: last_log_id.index,
+        last_term: last_log_id.leader_id.term,
+        sealed,
+        sessions_ended: before - left,
+        sessions_left: left,
+        lost_members,
+        disk,
+    })
 }

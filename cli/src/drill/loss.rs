@@ -231,7 +231,7 @@ pub(super) async fn cell_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(),
     for n in lost {
         let mut args: Vec<String> = ["cell", "member", "add", "--raft-endpoint"].map(String::from).into();
         args.extend([survivor.raft.clone(), "--member".into(), format!("{}={},{}", n.node_id, n.raft, n.client)]);
-        args.extend(["--cell".into(), cell.cell.clone(), "--region".into(), region.name.clone()]);
+        args.extend(["--cell".into(), cell.cell.clone(), "--region".into(), region.name.clone(), "--endpoints".into(), region.gateway.grpc.clone()]);
         args.extend(pg.tls.args());
         holdfast(&args)?;
     }
