@@ -6,7 +6,7 @@ use super::evacuate::Ctx;
 use super::faults;
 use super::playground::{Node, Playground};
 use super::run::{exited, holdfast, owners_shard, registry_writes_work, wait_for, NS};
-use holdfast_drills::history::{EventKind, FaultKind};
+use holdfast_drills::history::{EventKind, FaultKind, History};
 use std::path::Path;
 use std::time::Duration;
 
@@ -33,44 +33,18 @@ pub(super) async fn registry_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result
     // 1. The backups an SRE takes beforehand: the registry's and a cell's snapshots.
     snapshots(pg, &survivor)?;
     ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::RegistryQuorumLost, target: "registry: two voters lost for good".into() });
-    for v in &lost {
-        faults::signal("KILL", faults::pid_of(v)?)?;
-        exited(faults::pid_of(v)?, Duration::from_secs(10)).await?;
-        std::fs::remove_dir_all(&v.data_dir).map_err(|e| format!("{}: {e}", v.data_dir.display()))?;
-    }
+    lose_for_good(&lost).await?;
     println!("registry voters {} killed and their data directories deleted", lost.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", "));
 
     // 2. Stop the survivor; 3. recover it into a new directory; 4. start it there.
-    faults::signal("TERM", faults::pid_of(&survivor)?)?;
-    exited(faults::pid_of(&survivor)?, Duration::from_secs(20)).await?;
-    let recovered = survivor.data_dir.with_extension("recovered");
-    let mut args: Vec<String> = ["registry", "recover", "--from"].map(String::from).into();
-    args.push(survivor.data_dir.display().to_string());
-    for (flag, value) in [
-        ("--data-dir", recovered.display().to_string()),
-        ("--node-id", survivor.node_id.to_string()),
-        ("--raft-addr", survivor.raft.clone()),
-        ("--client-addr", survivor.client.clone()),
-    ] {
-        args.extend([flag.to_owned(), value]);
-    }
-    args.extend(server_tls(&survivor));
-    holdfast(&args)?;
-    let aside = survivor.data_dir.with_extension("lost");
-    std::fs::rename(&survivor.data_dir, &aside).map_err(|e| e.to_string())?;
-    std::fs::rename(&recovered, &survivor.data_dir).map_err(|e| e.to_string())?;
+    recover_in_place("registry", &survivor, &[]).await?;
     let recover_ms = ctx.rec.ms();
     faults::restart(&pg.data_dir, Duration::from_secs(60)).await?;
     let took = registry_writes_work(ctx, "drill-recovery-probe", Duration::from_secs(60)).await?;
     println!("the recovered registry takes writes {} ms after its restart", took.as_millis());
 
     // 5. The lost voters, back on empty directories, join the new registry.
-    for v in &lost {
-        let mut args: Vec<String> = ["registry", "member", "add", "--raft-endpoint"].map(String::from).into();
-        args.extend([survivor.raft.clone(), "--member".into(), format!("{}={},{}", v.node_id, v.raft, v.client)]);
-        args.extend(pg.tls.args());
-        holdfast(&args)?;
-    }
+    add_back(pg, "registry", &survivor, &lost, &[])?;
     ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: "registry recovered, voters added back".into() });
 
     // Every region grants at a raised epoch, and no shard at an old one after that.
@@ -85,18 +59,7 @@ pub(super) async fn registry_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result
     })
     .await?;
     let h = ctx.rec.history();
-    let mut first_raised = std::collections::BTreeMap::new();
-    let mut old_after = Vec::new();
-    for e in h.events.iter().filter(|e| e.t_ms >= recover_ms) {
-        if let EventKind::GrantOk { lock, token, .. } = &e.kind {
-            let shard = lock.name.as_str().split("-job-").next().unwrap_or("").to_owned();
-            if raised(token.epoch().0) {
-                first_raised.entry(shard).or_insert(e.t_ms);
-            } else if first_raised.get(&shard).is_some_and(|t| *t <= e.t_ms) {
-                old_after.push(format!("{} token {:#x}", lock.name, token.0));
-            }
-        }
-    }
+    let old_after = old_epoch_after_raised(&h, recover_ms, raised, |lock| lock.split("-job-").next().map(str::to_owned));
     let grants_during = h.events.iter().filter(|e| e.t_ms >= before_ms && e.t_ms <= recover_ms && matches!(e.kind, EventKind::GrantOk { .. })).count();
     println!(
         "grants while the registry was lost: {grants_during}; highest epoch before {highest_epoch_before}, every region now at a raised epoch; {} old-epoch grant(s) after a raised one",
@@ -197,44 +160,18 @@ pub(super) async fn cell_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(),
         .unwrap_or(0);
     let (survivor, lost) = (&cell.nodes[0], &cell.nodes[1..3]);
     ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::CellMajorityLost, target: format!("{}: two nodes lost for good", cell.cell) });
-    for n in lost {
-        faults::signal("KILL", faults::pid_of(n)?)?;
-        exited(faults::pid_of(n)?, Duration::from_secs(10)).await?;
-        std::fs::remove_dir_all(&n.data_dir).map_err(|e| format!("{}: {e}", n.data_dir.display()))?;
-    }
+    lose_for_good(lost).await?;
     println!("{} nodes {} killed and their data directories deleted", cell.cell, lost.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", "));
 
     // Stop the survivor; recover it into a new directory; start it there.
-    faults::signal("TERM", faults::pid_of(survivor)?)?;
-    exited(faults::pid_of(survivor)?, Duration::from_secs(20)).await?;
-    let recovered = survivor.data_dir.with_extension("recovered");
-    let mut args: Vec<String> = ["cell", "recover", "--from"].map(String::from).into();
-    args.push(survivor.data_dir.display().to_string());
-    for (flag, value) in [
-        ("--data-dir", recovered.display().to_string()),
-        ("--node-id", survivor.node_id.to_string()),
-        ("--raft-addr", survivor.raft.clone()),
-        ("--client-addr", survivor.client.clone()),
-        ("--cell", cell.cell.clone()),
-    ] {
-        args.extend([flag.to_owned(), value]);
-    }
-    args.extend(server_tls(survivor));
-    holdfast(&args)?;
-    let aside = survivor.data_dir.with_extension("lost");
-    std::fs::rename(&survivor.data_dir, &aside).map_err(|e| e.to_string())?;
-    std::fs::rename(&recovered, &survivor.data_dir).map_err(|e| e.to_string())?;
+    recover_in_place("cell", survivor, &["--cell".to_owned(), cell.cell.clone()]).await?;
     let recover_ms = ctx.rec.ms();
     faults::restart(&pg.data_dir, Duration::from_secs(60)).await?;
 
-    // The lost nodes, back on empty directories, join the recovered cell.
-    for n in lost {
-        let mut args: Vec<String> = ["cell", "member", "add", "--raft-endpoint"].map(String::from).into();
-        args.extend([survivor.raft.clone(), "--member".into(), format!("{}={},{}", n.node_id, n.raft, n.client)]);
-        args.extend(["--cell".into(), cell.cell.clone(), "--region".into(), region.name.clone(), "--endpoints".into(), region.gateway.grpc.clone()]);
-        args.extend(pg.tls.args());
-        holdfast(&args)?;
-    }
+    // The lost nodes, back on empty directories, join the recovered cell (and the
+    // registry's record of it is updated, through the region's gateway).
+    let record = ["--cell", &cell.cell, "--region", &region.name, "--endpoints", &region.gateway.grpc].map(String::from);
+    add_back(pg, "cell", survivor, lost, &record)?;
     ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: format!("{} recovered, nodes added back", cell.cell) });
 
     // Every shard of the cell grants at a raised epoch, and none at an old one after.
@@ -248,18 +185,7 @@ pub(super) async fn cell_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(),
     })
     .await?;
     let h = ctx.rec.history();
-    let mut first_raised = std::collections::BTreeMap::new();
-    let mut old_after = Vec::new();
-    for e in h.events.iter().filter(|e| e.t_ms >= recover_ms) {
-        if let EventKind::GrantOk { lock, token, .. } = &e.kind {
-            let Some(shard) = shards.iter().find(|s| owners_shard(lock.name.as_str(), s)) else { continue };
-            if raised(token.epoch().0) {
-                first_raised.entry(shard.clone()).or_insert(e.t_ms);
-            } else if first_raised.get(shard).is_some_and(|t| *t <= e.t_ms) {
-                old_after.push(format!("{} token {:#x}", lock.name, token.0));
-            }
-        }
-    }
+    let old_after = old_epoch_after_raised(&h, recover_ms, raised, |lock| shards.iter().find(|s| owners_shard(lock, s)).cloned());
     println!(
         "cell {}: highest epoch granted before {highest_before}, every shard ({}) now at a raised epoch; {} old-epoch grant(s) after a raised one",
         cell.cell,
@@ -270,4 +196,67 @@ pub(super) async fn cell_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(),
         return Err(format!("shards granted at an old epoch after a raised one: {:?}", &old_after[..old_after.len().min(5)]));
     }
     Ok(())
+}
+
+/// SIGKILLs `nodes` and deletes their data directories.
+async fn lose_for_good(nodes: &[Node]) -> Result<(), String> {
+    for n in nodes {
+        faults::signal("KILL", faults::pid_of(n)?)?;
+        exited(faults::pid_of(n)?, Duration::from_secs(10)).await?;
+        std::fs::remove_dir_all(&n.data_dir).map_err(|e| format!("{}: {e}", n.data_dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Stops `survivor`, runs `holdfast <group> recover --from <its directory>` (with
+/// `extra` flags) into a new directory, puts that in place of the old one (kept beside
+/// it as `.lost`); the caller restarts it.
+async fn recover_in_place(group: &str, survivor: &Node, extra: &[String]) -> Result<(), String> {
+    faults::signal("TERM", faults::pid_of(survivor)?)?;
+    exited(faults::pid_of(survivor)?, Duration::from_secs(20)).await?;
+    let recovered = survivor.data_dir.with_extension("recovered");
+    let mut args: Vec<String> = vec![group.to_owned(), "recover".into(), "--from".into(), survivor.data_dir.display().to_string()];
+    for (flag, value) in [
+        ("--data-dir", recovered.display().to_string()),
+        ("--node-id", survivor.node_id.to_string()),
+        ("--raft-addr", survivor.raft.clone()),
+        ("--client-addr", survivor.client.clone()),
+    ] {
+        args.extend([flag.to_owned(), value]);
+    }
+    args.extend(extra.iter().cloned());
+    args.extend(server_tls(survivor));
+    holdfast(&args)?;
+    std::fs::rename(&survivor.data_dir, survivor.data_dir.with_extension("lost")).map_err(|e| e.to_string())?;
+    std::fs::rename(&recovered, &survivor.data_dir).map_err(|e| e.to_string())
+}
+
+/// `holdfast <group> member add` of each of `lost` (back on empty directories) at
+/// `survivor`, with `extra` flags.
+fn add_back(pg: &Playground, group: &str, survivor: &Node, lost: &[Node], extra: &[String]) -> Result<(), String> {
+    for n in lost {
+        let mut args: Vec<String> = vec![group.to_owned(), "member".into(), "add".into(), "--raft-endpoint".into(), survivor.raft.clone()];
+        args.extend(["--member".into(), format!("{}={},{}", n.node_id, n.raft, n.client)]);
+        args.extend(extra.iter().cloned());
+        args.extend(pg.tls.args());
+        holdfast(&args)?;
+    }
+    Ok(())
+}
+
+/// The grants from `since_ms` on at an epoch `raised` says is old, of a shard that had
+/// already granted at a raised one (`shard_of` names a lock's shard).
+fn old_epoch_after_raised(h: &History, since_ms: u64, raised: impl Fn(u32) -> bool, shard_of: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let mut first_raised = std::collections::BTreeMap::new();
+    let mut old_after = Vec::new();
+    for e in h.events.iter().filter(|e| e.t_ms >= since_ms) {
+        let EventKind::GrantOk { lock, token, .. } = &e.kind else { continue };
+        let Some(shard) = shard_of(lock.name.as_str()) else { continue };
+        if raised(token.epoch().0) {
+            first_raised.entry(shard).or_insert(e.t_ms);
+        } else if first_raised.get(&shard).is_some_and(|t| *t <= e.t_ms) {
+            old_after.push(format!("{} token {:#x}", lock.name, token.0));
+        }
+    }
+    old_after
 }
