@@ -167,10 +167,11 @@ fn partial_path(out: &Path) -> PathBuf {
     out.with_file_name(name)
 }
 
-/// Writes the pieces of `stream` to `path` (created, never overwritten) and syncs it.
+/// Writes the pieces of `stream` to `path` and syncs it.
 async fn receive(mut stream: tonic::Streaming<raftpb::SnapshotChunk>, path: &Path) -> Result<(), String> {
     let failed = |e: std::io::Error| format!("writing {}: {e}", path.display());
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(failed)?;
+    // A `.partial` left by a save that was killed is ours to overwrite.
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path).map_err(failed)?;
     let mut received = 0u64;
     while let Some(chunk) =
         stream.message().await.map_err(|s| format!("the snapshot stream broke after {received} bytes: {}", holdfast_rpc::status::one_line(&s)))?

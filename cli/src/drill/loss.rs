@@ -167,14 +167,10 @@ pub(super) async fn cell_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(),
     recover_in_place("cell", survivor, &["--cell".to_owned(), cell.cell.clone()]).await?;
     let recover_ms = ctx.rec.ms();
     faults::restart(&pg.data_dir, Duration::from_secs(60)).await?;
+    let restarted = tokio::time::Instant::now();
 
-    // The lost nodes, back on empty directories, join the recovered cell (and the
-    // registry's record of it is updated, through the region's gateway).
-    let record = ["--cell", &cell.cell, "--region", &region.name, "--endpoints", &region.gateway.grpc].map(String::from);
-    add_back(pg, "cell", survivor, lost, &record)?;
-    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: format!("{} recovered, nodes added back", cell.cell) });
-
-    // Every shard of the cell grants at a raised epoch, and none at an old one after.
+    // Every shard of the cell grants at a raised epoch (the recovered node alone is a
+    // quorum of its new group), and none at an old one after.
     let raised = |e: u32| e > highest_before;
     let rec = ctx.rec.clone();
     wait_for(Duration::from_secs(60), "every shard of the recovered cell granting at a raised epoch", || {
@@ -184,6 +180,13 @@ pub(super) async fn cell_loss_scenario(ctx: &Ctx, pg: &Playground) -> Result<(),
         })
     })
     .await?;
+    println!("the workload's first grants at a raised epoch in every shard of {} came {} ms after its restart", cell.cell, restarted.elapsed().as_millis());
+
+    // The lost nodes, back on empty directories, join the recovered cell (and the
+    // registry's record of it is updated, through the region's gateway).
+    let record = ["--cell", &cell.cell, "--region", &region.name, "--endpoints", &region.gateway.grpc].map(String::from);
+    add_back(pg, "cell", survivor, lost, &record)?;
+    ctx.rec.record(EventKind::FaultInjected { kind: FaultKind::Heal, target: format!("{} recovered, nodes added back", cell.cell) });
     let h = ctx.rec.history();
     let old_after = old_epoch_after_raised(&h, recover_ms, raised, |lock| shards.iter().find(|s| owners_shard(lock, s)).cloned());
     println!(
