@@ -288,6 +288,12 @@ pub fn verify(path: &Path) -> Result<Header, FileError> {
     Ok(header)
 }
 
+/// The header of the file at `path`, read alone (its state and checksum are not
+/// checked: [`verify`] or [`read`] do that).
+pub fn header(path: &Path) -> Result<Header, FileError> {
+    read_head(&mut open(path)?, path).map(|(h, _)| h)
+}
+
 /// Reads the file at `path` whole: its header and its state, both checked.
 pub fn read(path: &Path) -> Result<(Header, Vec<u8>), FileError> {
     let mut r = open(path)?;
