@@ -5,6 +5,10 @@ survives (tests stay green) fails this script.
 
 Run from the repo root (scripts/check-safety-tests.sh does). Uses CARGO_TARGET_DIR.
 
+A mutant's tests run while the next mutants build (at the lowest CPU priority), two
+mutants' tests at a time: most of a mutant's time is its build, most of its tests' time
+is waiting (docs/development.md, "CI time").
+
 `--simulate N [--moves M] [names]`: instead of the named tests, the deterministic
 simulation (docs/simulation.md) runs against each mutant of the code it simulates, seed
 after seed up to N (up to M for the mutants that need moves, about six times dearer a
@@ -20,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 STATE = "cells/state/src"
@@ -300,6 +305,156 @@ class Scratch:
             open(f, "w").write(src)
 
 
+def split_cargo_test_args(args: list) -> tuple:
+    """`cargo test` arguments as this list writes them -> (what selects and builds the
+    test binaries, what each binary is run with: the test name filter and anything
+    after `--`)."""
+    build, run, i = [], [], 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            run += args[i + 1:]
+            break
+        if a in ("-p", "--package", "--test", "--manifest-path", "--features", "--bin"):
+            build += args[i:i + 2]
+            i += 2
+            continue
+        if a.startswith("-"):
+            build.append(a)
+        else:
+            run.insert(0, a)
+        i += 1
+    return build, run
+
+
+def packages_of(build_args: list) -> set:
+    """The packages a build selects (the simulation's workspace by its manifest)."""
+    names = {build_args[i + 1] for i, a in enumerate(build_args[:-1]) if a in ("-p", "--package")}
+    if "drills/sim/Cargo.toml" in build_args:
+        names.add("holdfast-sim")
+    return names
+
+
+def packages_with_bins(repo: str) -> set:
+    """The repo's packages with programs of their own, which their integration tests may
+    start (`CARGO_BIN_EXE_*`, a path into the target dir)."""
+    return {pkg["name"] for pkg in workspace_packages(repo) if any("bin" in t["kind"] for t in pkg["targets"])}
+
+
+# Mutants' tests running at once (each while later mutants build). Most of them wait on
+# leases and elections far more than they compute.
+MUTANT_RUNS = 2
+
+
+def is_heavy(build_args: list) -> bool:
+    """Tests that start clusters of processes or burn CPU (as scripts/test.sh's --heavy
+    binaries): the command line's, the simulation's, the gateway's clusters."""
+    packages = packages_of(build_args)
+    return bool(packages & {"holdfast", "holdfast-sim"}) or ("holdfast-gateway" in packages and "--test" in build_args)
+
+
+def lowest_priority():
+    """In a child: nice 19, for its session's scheduling group too (autogroup). A
+    mutant's build then takes only the CPU the previous mutant's tests leave idle."""
+    os.setsid()
+    os.nice(19)
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("19")
+    except OSError:
+        pass
+
+
+def as_workspace_build(build_args: list) -> list:
+    """A package set's build as a build of the whole workspace's targets of those kinds:
+    cargo settles dependencies' features over the packages a build selects, so `-p
+    holdfast-cell` alone compiled about sixty third-party crates (tokio, serde, openraft
+    among them) a second time, with other features than the suite's `--workspace` build
+    (on a fresh machine, all of them; with `--exclude` as well). Selected this way every
+    dependency is the suite's; `build_tests` keeps only the named packages' binaries.
+    (The simulation is a workspace of one package, built whole already.)"""
+    if "--manifest-path" in build_args:
+        return build_args
+    out, i = ["--workspace"], 0
+    while i < len(build_args):
+        if build_args[i] in ("-p", "--package"):
+            i += 2
+            continue
+        out.append(build_args[i])
+        i += 1
+    return out
+
+
+def build_tests(dst: str, build_args: list, env: dict, keep: str):
+    """Builds a mutant's test binaries and copies them to `keep` (the next mutant's build
+    overwrites the originals while these run). Returns [(executable, package dir)], or
+    the compiler's output if the build failed."""
+    wanted = packages_of(build_args)
+    b = subprocess.run(["cargo", "test", "--locked", "--no-run", "--message-format=json-render-diagnostics", *as_workspace_build(build_args)],
+                       cwd=dst, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=lowest_priority)
+    if b.returncode != 0:
+        return b.stderr + "\n".join(json.loads(l).get("message", {}).get("rendered") or "" for l in b.stdout.splitlines() if l.startswith("{"))
+    os.makedirs(keep, exist_ok=True)
+    built = []
+    for line in b.stdout.splitlines():
+        msg = json.loads(line) if line.startswith("{") else {}
+        if (msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["profile"]["test"]
+                and msg["target"]["kind"] != ["bin"] and package_name(msg["package_id"]) in wanted):
+            copy = os.path.join(keep, os.path.basename(msg["executable"]))
+            shutil.copy2(msg["executable"], copy)
+            built.append((copy, os.path.dirname(msg["manifest_path"])))
+    return built
+
+
+def package_name(package_id: str) -> str:
+    """`path+file:///…/cells/server#holdfast-cell@0.1.0` -> `holdfast-cell` (a package
+    whose name is its folder's: `…/core#0.1.0` -> `core`)."""
+    tail = package_id.rsplit("#", 1)[-1]
+    return tail.split("@")[0] if "@" in tail else package_id.rsplit("#", 1)[0].rsplit("/", 1)[-1]
+
+
+class MutantRun:
+    """A mutant's test binaries, run one after another as `cargo test` runs them (from
+    their package's directory, stopping at the first that fails) on a thread of their
+    own, so that the next mutant builds meanwhile."""
+
+    def __init__(self, name: str, built: list, test_args: list, env: dict, packages: set, heavy: bool, build_s: float):
+        self.name, self.packages, self.heavy, self.build_s = name, packages, heavy, build_s
+        self.result, self.failing, self.run_s = None, "", 0.0
+        self.thread = threading.Thread(target=self._run, args=(built, test_args, env))
+        self.thread.start()
+
+    def _run(self, built: list, test_args: list, env: dict):
+        started = time.monotonic()
+        try:
+            for exe, cwd in built:
+                r = subprocess.run([exe, *test_args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                if r.returncode != 0:
+                    lines = r.stdout.splitlines()
+                    failing = [l for l in lines if "Test failed:" in l] or [l for l in lines if "panicked" in l]
+                    self.failing = failing[0].strip()[:160] if failing else "tests failed"
+                    self.result = "killed"
+                    return
+            self.result = "survived" if built else "no test binary was built"
+        finally:
+            self.run_s = time.monotonic() - started
+            for exe, _ in built:
+                with contextlib.suppress(OSError):
+                    os.remove(exe)
+
+    def wait(self) -> str:
+        self.thread.join()
+        return self.result
+
+    def report(self) -> str:
+        took = f"(built in {self.build_s:.0f} s, ran {self.run_s:.0f} s)"
+        if self.result == "killed":
+            return f"killed    {self.name}: {self.failing} {took}"
+        if self.result == "survived":
+            return f"SURVIVED  {self.name}: the tests did not notice {took}"
+        return f"ERROR     {self.name}: {self.result} {took}"
+
+
 def target_dir(repo: str) -> str:
     return os.environ.get("CARGO_TARGET_DIR", os.path.join(repo, "target"))
 
@@ -312,14 +467,14 @@ def mutants_env() -> dict:
     return dict(os.environ, PROPTEST_CASES=os.environ.get("PROPTEST_CASES", "400"), CARGO_INCREMENTAL="1")
 
 
-def workspace_crates(repo: str) -> set:
-    """The package names of the repo's own crates, of both workspaces."""
-    names = set()
+def workspace_packages(repo: str) -> list:
+    """The repo's own packages, of both workspaces, as `cargo metadata` describes them."""
+    packages = []
     for manifest in ("Cargo.toml", "drills/sim/Cargo.toml"):
         meta = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1", "--locked", "--manifest-path", manifest],
                               cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
-        names.update(pkg["name"] for pkg in json.loads(meta.stdout)["packages"])
-    return names
+        packages += json.loads(meta.stdout)["packages"]
+    return packages
 
 
 def forget_our_builds(repo: str, profile: str) -> None:
@@ -330,7 +485,7 @@ def forget_our_builds(repo: str, profile: str) -> None:
     fingerprints = os.path.join(target_dir(repo), profile, ".fingerprint")
     if not os.path.isdir(fingerprints):
         return
-    ours = workspace_crates(repo)
+    ours = {pkg["name"] for pkg in workspace_packages(repo)}
     for name in os.listdir(fingerprints):
         if name.rsplit("-", 1)[0] in ours:
             shutil.rmtree(os.path.join(fingerprints, name), ignore_errors=True)
@@ -413,25 +568,46 @@ def main() -> int:
     survivors = []
     began = time.monotonic()
     env = mutants_env()
+    with_bins = packages_with_bins(repo)
     with mutants_build(repo, "debug"), tempfile.TemporaryDirectory(prefix="holdfast-mutants-") as tmp:
         scratch = Scratch(repo, tmp)
-        for name, path, old, new, args in chosen:
-            started = time.monotonic()
-            with scratch.mutated(path, old, new) as dst:
-                r = subprocess.run(["cargo", "test", "-q", *args], cwd=dst, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            took = f"({time.monotonic() - started:.0f} s)"
-            if r.returncode == 0:
-                survivors.append(name)
-                print(f"SURVIVED  {name}: the tests did not notice {took}", flush=True)
-            elif "error[E" in r.stdout and "could not compile" in r.stdout:
-                print(r.stdout[-3000:])
-                print(f"mutant '{name}' does not compile; fix the mutant", flush=True)
-                return 2
-            else:
-                lines = r.stdout.splitlines()
-                failing = [l for l in lines if "Test failed:" in l] or [l for l in lines if "panicked" in l]
-                print(f"killed    {name}: {failing[0].strip()[:160] if failing else 'tests failed'} {took}", flush=True)
+        remaining, running = list(chosen), []
+
+        def finish(run):
+            # A mutant counts as caught only if a test failed on it; a build that
+            # produced no test binary proves nothing either.
+            if run.wait() != "killed":
+                survivors.append(run.name)
+            print(run.report(), flush=True)
+            running.remove(run)
+
+        try:
+            while remaining:
+                # The next mutant in order whose build relinks no program that a running
+                # mutant's tests start (a package's own binaries, by a path compiled into
+                # its tests); if there is none, the oldest run ends first.
+                pick = next((m for m in remaining if not any(r.packages & packages_of(split_cargo_test_args(m[4])[0]) & with_bins for r in running)), None)
+                if pick is None:
+                    finish(running[0])
+                    continue
+                remaining.remove(pick)
+                name, path, old, new, args = pick
+                build_args, test_args = split_cargo_test_args(args)
+                started = time.monotonic()
+                with scratch.mutated(path, old, new) as dst:
+                    built = build_tests(dst, build_args, env, os.path.join(tmp, f"mutant-{len(chosen) - len(remaining)}"))
+                if isinstance(built, str):
+                    print(built[-3000:])
+                    print(f"mutant '{name}' does not compile; fix the mutant", flush=True)
+                    return 2
+                # Two mutants' tests at a time, and never two that start many processes.
+                heavy = is_heavy(build_args)
+                while len(running) >= MUTANT_RUNS or (heavy and any(r.heavy for r in running)):
+                    finish(running[0])
+                running.append(MutantRun(name, built, test_args, env, packages_of(build_args), heavy, time.monotonic() - started))
+        finally:
+            while running:
+                finish(running[0])
     spent = f"{len(chosen)} mutants in {time.monotonic() - began:.0f} s"
     if survivors:
         print(f"{len(survivors)} mutant(s) survived: {survivors} ({spent})")

@@ -7,8 +7,8 @@ a few at once cuts the suite's wall time without starving anyone (docs/developme
 "CI time"). Each binary runs as cargo would run it: from its package's directory, with
 the arguments after `--` (scripts/test.sh passes `--test-threads=2`).
 
-    scripts/run_tests.py [--jobs N] [--heavy KEY ...] [--no-fail-fast] [--timeout S]
-                         --suite="CARGO ARGS" [--suite=...] [-- TEST ARGS]
+    scripts/run_tests.py [--jobs N] [--heavy KEY ...] [--background KEY ...] [--no-fail-fast]
+                         [--timeout S] --suite="CARGO ARGS" [--suite=...] [-- TEST ARGS]
 
 --suite      one `cargo test` selection, e.g. --suite=--workspace or
              --suite="--manifest-path drills/sim/Cargo.toml" (with `=`: the value
@@ -17,6 +17,11 @@ the arguments after `--` (scripts/test.sh passes `--test-threads=2`).
 --heavy      a binary (by its key, e.g. "cli test:drill") that runs no other heavy
              one beside it: those that start many processes or burn CPU, whose
              short TTLs starve when they share 2 cores (a drill's 2 s session lost)
+--background a binary whose tests do not read the wall clock (the deterministic
+             simulation: simulated time, the same history however slow it runs) that
+             starts first and runs beside everything, at the lowest CPU priority, outside
+             the --jobs count: it takes only the CPU the others leave idle, and the
+             heavy ones need not wait for it
 --timeout    seconds one binary may take before it is killed and counted failed (1500)
 --no-fail-fast  run everything even after a failure (default: stop at the first)
 
@@ -66,11 +71,12 @@ class Job:
         self.cpu = 0.0
         self.killed = False
 
-    def start(self):
+    def start(self, background: bool = False):
         self.started = time.monotonic()
         # A session of its own: a timeout or a failure elsewhere kills the binary and
         # every process its tests started.
-        self.proc = subprocess.Popen(self.argv, cwd=self.cwd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(self.argv, cwd=self.cwd, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=lowest_priority if background else None)
 
     def kill(self):
         self.killed = True
@@ -84,11 +90,25 @@ class Job:
         return self.out.read()
 
 
+def lowest_priority():
+    """Runs in the child, after its new session began: nice 19, and the same for the
+    session's scheduling group where the kernel groups by session (autogroup, on by
+    default on Linux desktops and servers alike: within a group alone, nice would only
+    weigh the job against itself)."""
+    os.nice(19)
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("19")
+    except OSError:
+        pass
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--suite", action="append", required=True)
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
     ap.add_argument("--heavy", action="append", default=[])
+    ap.add_argument("--background", action="append", default=[])
     ap.add_argument("--timeout", type=float, default=1500)
     ap.add_argument("--no-fail-fast", action="store_true")
     argv = sys.argv[1:]
@@ -121,8 +141,12 @@ def main() -> int:
     running, failed, done = [], [], []
     ran_from = time.monotonic()
     last_note = ran_from
+    for job in [j for j in pending if j.key in a.background]:
+        pending.remove(job)
+        job.start(background=True)
+        running.append(job)
     while pending or running:
-        while len(running) < a.jobs and (not failed or a.no_fail_fast):
+        while len([j for j in running if j.key not in a.background]) < a.jobs and (not failed or a.no_fail_fast):
             heavy_running = any(j.key in a.heavy for j in running)
             job = next((j for j in pending if not (heavy_running and j.key in a.heavy)), None)
             if job is None:

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/setup.sh
 echo "test: set up in $SECONDS s"
+# Each stage's time, printed again at the end (docs/development.md, "CI time").
+times=("set up: $SECONDS s")
+lap=$SECONDS
 # Incremental artifacts grow without bound in a shared target dir (they filled a
 # 90 GB disk twice); CI builds without them, and clears what earlier builds left
 # when the disk runs low: incremental state and old test executables only, never
@@ -53,11 +56,14 @@ cargo fmt --manifest-path drills/sim/Cargo.toml --check
 cargo clippy --locked --manifest-path drills/sim/Cargo.toml --all-targets -- -D warnings
 
 echo "test: formatted and linted at $((SECONDS / 60)) min"
+times+=("layering, texts, format, lints: $((SECONDS - lap)) s")
+lap=$SECONDS
 # terraform/: formatted, the modules applied offline, the Kubernetes objects checked.
 scripts/terraform-check.sh
 
 # Alert rules (promtool check and unit tests) and the dashboard (docs/observability.md).
 scripts/check-observability.sh
+times+=("terraform, alerts, dashboard: $((SECONDS - lap)) s")
 
 # TEST_NO_FAIL_FAST=1 (scripts/stress.sh) runs every stage and every test binary even
 # after one fails, and exits non-zero at the end if any did. CI stops at the first.
@@ -66,15 +72,17 @@ stage() {
   local began=$SECONDS
   if [ -n "${TEST_NO_FAIL_FAST:-}" ]; then "$@" || { echo "test: FAILED: $*"; failed=1; }; else "$@"; fi
   echo "test: stage took $((SECONDS - began)) s (at $((SECONDS / 60)) min): $*"
+  times+=("$1: $((SECONDS - began)) s")
 }
 # Every test binary of the workspace and the deterministic simulation's fixed seeds
 # (docs/simulation.md; thousands of seeds: scripts/simulate.sh), built first, then run
 # two binaries at a time (TEST_JOBS): most of them wait far more than they compute; the
-# heavy ones (many processes, or all CPU) never beside each other (docs/development.md,
-# "CI time").
+# heavy ones (many processes, or all CPU) never beside each other; the simulation (on
+# simulated time) beside them all at the lowest CPU priority (docs/development.md, "CI
+# time").
 stage scripts/run_tests.py --suite=--workspace --suite="--manifest-path drills/sim/Cargo.toml" \
-  --heavy "cli test:drill" --heavy "cli test:observability" --heavy "drills/sim test:sim" \
-  --heavy "cli test:processes" --heavy "gateway test:gateway" --heavy "cli test:security" \
+  --background "drills/sim test:sim" \
+  --heavy "cli test:drill" --heavy "cli test:observability" --heavy "cli test:processes" --heavy "gateway test:gateway" --heavy "cli test:security" \
   ${TEST_NO_FAIL_FAST:+--no-fail-fast} -- --test-threads=2
 # TEST_SKIP_MUTANTS=1 (scripts/stress.sh only: the mutants run the suite's own tests
 # again, and under stress they take an hour). CI never sets it.
@@ -82,4 +90,5 @@ if [ -z "${TEST_SKIP_MUTANTS:-}" ]; then
   stage scripts/check-safety-tests.sh
 fi
 echo "test: done in $((SECONDS / 60)) min $((SECONDS % 60)) s"
+printf 'test: %s\n' "${times[@]}"
 exit $failed
