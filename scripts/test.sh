@@ -41,6 +41,15 @@ for crate in holdfast-cell holdfast-registry holdfast-raft holdfast-rpc; do
   fi
 done
 
+# The layer table of docs/development.md against the manifests (and its self-test: a
+# planted upward dependency must be refused).
+python3 scripts/check_layers.py --self-test
+python3 scripts/check_layers.py
+# Every repo path the docs and the comments cite exists (and the check finds a planted
+# stale one).
+python3 scripts/check_citations.py --self-test
+python3 scripts/check_citations.py
+
 # Every planted bug's guarded text is still in the code (the mutants themselves run last).
 python3 scripts/check_safety_tests.py --texts-only
 

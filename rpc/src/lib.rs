@@ -21,7 +21,7 @@
 //!
 //! What does not: any service's semantics, protobuf types (`holdfast-proto`), openraft
 //! or RocksDB. Nothing outside this crate builds a channel or a server: a test in
-//! `cli/tests/wire_edge.rs` fails when one does.
+//! `rpc/tests/wire_edge.rs` fails when one does.
 
 pub mod auth;
 pub mod bearer;

@@ -1,5 +1,7 @@
-//! holdfast-telemetry: the one place metric names live, and the small HTTP endpoint
-//! (`/metrics`, `/healthz`, `/readyz`) that every holdfast process serves.
+//! holdfast-telemetry: the Prometheus recorder, every metric's description, and the
+//! small HTTP endpoint (`/metrics`, `/healthz`, `/readyz`) that every holdfast process
+//! serves. The metric names themselves live in `holdfast_core::metric_names`
+//! (re-exported here as [`names`]), where the SDK and the gateway can reach them too.
 //!
 //! Recording goes through the `metrics` facade (`metrics::counter!(names::X, ...)`);
 //! this crate installs the Prometheus recorder once per process and describes every
