@@ -27,7 +27,8 @@ LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 
 def tracked() -> list:
     out = subprocess.run(["git", "ls-files"], stdout=subprocess.PIPE, text=True, check=True).stdout
-    return [f for f in out.splitlines() if f.endswith(SOURCES) or os.path.basename(f) in ("run",)]
+    # This file names stale paths on purpose (its self-test).
+    return [f for f in out.splitlines() if (f.endswith(SOURCES) or os.path.basename(f) in ("run",)) and f != "scripts/check_citations.py"]
 
 
 def missing(files: list, read=lambda f: open(f, errors="replace").read()) -> list:
