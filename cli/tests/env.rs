@@ -1,7 +1,9 @@
 //! A shell that exported the command line's variables (`HOLDFAST_ENDPOINTS`,
 //! `HOLDFAST_PLAYGROUND`, ...) — as the runbooks tell an operator to — must start every
 //! server exactly as a clean shell does: `--print-config` shows the configuration each
-//! role would run with, and it must not change.
+//! role would run with, and it must not change. So must any other `HOLDFAST_*`
+//! variable a server does not know: a neighbour's (`HOLDFAST_BIN`), or the ones
+//! Kubernetes gives every pod for a Service named `holdfast` in its namespace.
 
 use std::path::Path;
 use std::process::Command;
@@ -23,9 +25,22 @@ fn run(args: &[&str], vars: &[(&str, &str)]) -> Result<String, String> {
     }
 }
 
-/// A value of the right shape for each command-line variable, pointing nowhere useful.
+/// What Kubernetes puts in every pod's environment for a Service named `holdfast` in its
+/// namespace (service links, on by default).
+const SERVICE_LINKS: &[(&str, &str)] = &[
+    ("HOLDFAST_SERVICE_HOST", "10.96.0.12"),
+    ("HOLDFAST_SERVICE_PORT", "7000"),
+    ("HOLDFAST_PORT", "tcp://10.96.0.12:7000"),
+    ("HOLDFAST_PORT_7000_TCP", "tcp://10.96.0.12:7000"),
+    ("HOLDFAST_PORT_7000_TCP_PROTO", "tcp"),
+    ("HOLDFAST_PORT_7000_TCP_PORT", "7000"),
+    ("HOLDFAST_PORT_7000_TCP_ADDR", "10.96.0.12"),
+];
+
+/// A value of the right shape for each command-line variable, pointing nowhere useful;
+/// the service links; a stray variable of the same prefix.
 fn cli_vars(elsewhere: &Path) -> Vec<(&'static str, String)> {
-    holdfast_core::CLI_ONLY_ENV
+    let mut vars: Vec<(&'static str, String)> = holdfast_core::CLI_ONLY_ENV
         .iter()
         .map(|k| {
             let v = match *k {
@@ -34,7 +49,10 @@ fn cli_vars(elsewhere: &Path) -> Vec<(&'static str, String)> {
             };
             (*k, v)
         })
-        .collect()
+        .collect();
+    vars.extend(SERVICE_LINKS.iter().map(|(k, v)| (*k, v.to_string())));
+    vars.push(("HOLDFAST_BIN", "/x".to_owned()));
+    vars
 }
 
 fn same_with_and_without(args: &[&str], elsewhere: &Path) -> String {
@@ -75,4 +93,18 @@ fn servers_ignore_the_command_lines_variables() {
     let tuned = run(&["gateway", "run", "--config", gateway.to_str().unwrap(), "--print-config"], &[("HOLDFAST_SHUTDOWN_DEADLINE_MS", "1234")]).unwrap();
     assert_eq!(serde_json::from_str::<serde_json::Value>(&tuned).unwrap()["shutdown_deadline_ms"], 1234);
     assert!(!elsewhere.exists(), "nothing was created where the CLI's variable pointed");
+
+    // The stray ones are named in a warning (the command line's own are not).
+    let out = Command::new(BIN)
+        .args(["registry", "run", "--config", registry.to_str().unwrap(), "--print-config"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(SERVICE_LINKS.iter().copied())
+        .env("HOLDFAST_ENDPOINTS", "127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("HOLDFAST_PORT_7000_TCP_ADDR") && stderr.contains("HOLDFAST_SERVICE_HOST"), "{stderr}");
+    assert!(!stderr.contains("HOLDFAST_ENDPOINTS"), "{stderr}");
 }

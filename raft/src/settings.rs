@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use crate::node::RaftTimings;
 use crate::types::NodeId;
 
-pub use holdfast_settings::{environment, ConfigError};
+pub use holdfast_settings::ConfigError;
 
 /// Default of `shutdown_deadline_ms`, the longest a graceful shutdown may take.
 pub const DEFAULT_SHUTDOWN_DEADLINE_MS: u64 = 5000;

@@ -12,6 +12,8 @@ Each StatefulSet (a cell, or a region's registry voter):
   - a readiness probe (GET /readyz over HTTPS on the metrics port), and a
     termination grace longer than the node's shutdown deadline (5 s).
 Each gateway Deployment: readiness on /readyz, the config in its ConfigMap, a Service.
+Every pod: no service links (`enableServiceLinks: false`: a Service named `holdfast`
+would put HOLDFAST_* variables in its environment).
 With EXPECT_OTLP set, every pod's OTEL_EXPORTER_OTLP_ENDPOINT is that collector.
 Every address any config or the bootstrap script names is a host some certificate
 names (so TLS verification succeeds), and every registry voter and cell node is named.
@@ -68,6 +70,7 @@ def main():
         mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
         check(spec["volumeClaimTemplates"][0]["metadata"]["name"] == "data" and "data" in mounts, f"{name}: no data volume per pod")
         check(spec["podManagementPolicy"] == "Parallel", f"{name}: pods must start together to form the group")
+        check(pod.get("enableServiceLinks") is False, f"{name}: service links on")
         check(pod["terminationGracePeriodSeconds"] > SHUTDOWN_DEADLINE_S, f"{name}: grace {pod['terminationGracePeriodSeconds']} s not above the shutdown deadline")
         anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
         check(anti["topologyKey"] == "kubernetes.io/hostname", f"{name}: two voters may share a machine")
@@ -91,6 +94,7 @@ def main():
 
     for name, dep in kinds.get("Deployment", {}).items():
         c = dep["spec"]["template"]["spec"]["containers"][0]
+        check(dep["spec"]["template"]["spec"].get("enableServiceLinks") is False, f"{name}: service links on")
         check(c["readinessProbe"]["httpGet"]["path"] == "/readyz", f"{name}: gateway readiness is not /readyz")
         check_otlp(name, c)
         cm = kinds["ConfigMap"].get(f"{name}-config")

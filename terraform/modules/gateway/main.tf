@@ -83,6 +83,9 @@ locals {
         template = {
           metadata = { labels = local.labels }
           spec = {
+            # No service-link variables: a Service named `holdfast` would give the pod
+            # HOLDFAST_PORT and friends (servers warn about and skip those; no need for them).
+            enableServiceLinks            = false
             terminationGracePeriodSeconds = var.termination_grace_seconds
             securityContext               = { runAsNonRoot = true, runAsUser = 10001 }
             topologySpreadConstraints     = [{ maxSkew = 1, topologyKey = "topology.kubernetes.io/zone", whenUnsatisfiable = "ScheduleAnyway", labelSelector = { matchLabels = local.selector } }]
