@@ -36,6 +36,11 @@ struct Cli {
     /// OTEL_TRACES_SAMPLER and the other OTEL_* variables are honoured.
     #[arg(long, global = true)]
     otlp_endpoint: Option<String>,
+    /// End with the process PID (this process's parent): `holdfast dev` starts its
+    /// nodes so, and they stop (SIGTERM, a graceful shutdown) however it ends, SIGKILL
+    /// included. Linux only.
+    #[arg(long, global = true, hide = true, value_name = "PID")]
+    exit_with_parent: Option<i32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -113,7 +118,18 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // `lock exec`'s guard is this binary too, with no command line of its own.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(exec::GUARD) {
+        std::process::exit(exec::guard(&args[2..]));
+    }
     let cli = Cli::parse();
+    if let Some(parent) = cli.exit_with_parent {
+        if let Err(e) = exec::end_with_parent(parent) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     // Servers log what they do; a command prints its answer and logs only trouble.
     let serving = matches!(cli.cmd, Cmd::Cell(serve::CellCmd::Run(_)) | Cmd::Registry(_) | Cmd::Gateway(_) | Cmd::Dev(_));
     // A drill provokes warnings on purpose (stale tokens, lost sessions): its report

@@ -1,7 +1,8 @@
 //! `holdfast lock exec` as scripts use it (issue #18), against a 3-node cell of real
 //! processes: the child's exit status comes back, a lock that cannot be had is exit
-//! 75, Ctrl-C stops the child's whole process group and releases the lock, and a lost
-//! lease stops the child and exits 76.
+//! 75, Ctrl-C stops the child's whole process group and releases the lock, a lost
+//! lease stops the child and exits 76, and a `lock exec` killed without a word takes its
+//! child's whole group with it while the lock is still held.
 
 mod common;
 
@@ -93,6 +94,24 @@ async fn lock_exec_exit_codes_signals_and_lease_loss() {
     assert_eq!(status.code(), Some(3), "the child's own status after its INT trap");
     assert!(!running(&sh) && !running(&bg), "the child's group was stopped: sh {sh} alive {}, sleep {bg} alive {}", running(&sh), running(&bg));
     assert_eq!(holders_of(&cell, "interrupted").await, vec![], "released on Ctrl-C");
+
+    // ---- holdfast itself SIGKILLed (as the OOM killer does): the child's group (a
+    //      background grandchild too) dies with it at once, while the dead session still
+    //      holds the lock: the command never runs without it
+    let pids = dir.path().join("killed-pids");
+    let script = format!("sleep 1000 & echo $! > {0}.bg; echo $$ > {0}.tmp; mv {0}.tmp {0}; wait", pids.display());
+    let mut child = exec(&cell, "killed", &["--ttl-ms", "10000"], &["sh", "-c", &script]).stderr(Stdio::null()).spawn().unwrap();
+    let sh = read_when_written(&pids).to_owned();
+    let bg = std::fs::read_to_string(format!("{}.bg", pids.display())).unwrap().trim().to_owned();
+    assert!(running(&sh) && running(&bg));
+    kill("KILL", child.id());
+    child.wait().unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while running(&sh) || running(&bg) {
+        assert!(Instant::now() < end, "holdfast lock exec was killed and its child runs on: sh {sh} alive {}, sleep {bg} alive {}", running(&sh), running(&bg));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(holders_of(&cell, "killed").await.len(), 1, "the child was gone before the dead session's lock ran out");
 
     // ---- the lease is lost (holdfast paused past its TTL): the child is stopped, 76
     let pid_file = dir.path().join("lost-pid");

@@ -87,6 +87,9 @@ impl Supervisor {
         argv.push(self.exe.display().to_string());
         argv.extend(args.iter().cloned());
         argv.extend(crate::logs::child_args());
+        // The node ends with us, SIGKILL included (`holdfast --exit-with-parent`): no
+        // orphan keeps its ports for the next `holdfast dev`.
+        argv.extend(["--exit-with-parent".to_owned(), std::process::id().to_string()]);
         let pid = self.start(name, &argv, &log)?;
         let p = Proc { name: name.to_owned(), tier, pid, log, argv, netns: netns.map(str::to_owned), args };
         match self.procs.iter_mut().find(|p| p.name == name) {
