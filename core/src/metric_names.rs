@@ -26,6 +26,10 @@ pub const RAFT_STAGE: &str = "holdfast_raft_stage_seconds";
 pub const RAFT_REPLICATE: &str = "holdfast_raft_replicate_seconds";
 pub const RAFT_FOLLOWER_APPEND: &str = "holdfast_raft_follower_append_seconds";
 pub const RAFT_DISK_REFUSED: &str = "holdfast_raft_disk_refused_total";
+// ---- every process with a metrics port
+pub const BUILD_INFO: &str = "holdfast_build_info";
+// ---- certificates (every process with TLS material)
+pub const CERT_NOT_AFTER: &str = "holdfast_certificate_not_after_seconds";
 // ---- ownership
 pub const SHARD_EPOCH: &str = "holdfast_shard_epoch";
 pub const OWNERSHIP_LEASE_REMAINING: &str = "holdfast_ownership_lease_remaining_seconds";

@@ -194,6 +194,7 @@ struct Built {
     server_optional: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
     identity: Option<Identity>,
+    expiry: Vec<Expiry>,
 }
 
 /// A process's certificate, key and CA bundle, reloaded when the files change (checked
@@ -203,6 +204,58 @@ struct Built {
 pub struct TlsMaterial {
     files: CertFiles,
     built: Mutex<(Instant, Arc<Built>)>,
+    /// The ends of validity `/metrics` shows, refreshed by [`publish_expiry`] while
+    /// this material lives.
+    expiry: Arc<Mutex<Vec<Expiry>>>,
+}
+
+/// One certificate's end of validity, as `holdfast_certificate_not_after_seconds`.
+#[derive(Debug, Clone, PartialEq)]
+struct Expiry {
+    /// `own` (the certificate this process presents) or `ca` (the earliest-ending
+    /// certificate of the CA bundle it trusts).
+    certificate: &'static str,
+    file: String,
+    not_after_unix: i64,
+}
+
+/// How often the expiry gauges are set again: the recorder drops a gauge not set for a
+/// minute (holdfast-telemetry's idle timeout).
+const EXPIRY_REFRESH: Duration = Duration::from_secs(20);
+
+/// When a certificate stops being valid, in Unix seconds (its notAfter).
+fn not_after(der: &CertificateDer<'_>) -> Option<i64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
+fn expiries(files: &CertFiles, chain: &[CertificateDer<'_>], ca: &[CertificateDer<'_>]) -> Vec<Expiry> {
+    let own = chain.first().and_then(not_after).map(|t| Expiry { certificate: "own", file: files.cert.display().to_string(), not_after_unix: t });
+    let ca = ca.iter().filter_map(not_after).min().map(|t| Expiry { certificate: "ca", file: files.ca.display().to_string(), not_after_unix: t });
+    own.into_iter().chain(ca).collect()
+}
+
+fn set_expiry_gauges(expiry: &[Expiry]) {
+    for e in expiry {
+        metrics::gauge!(holdfast_core::metric_names::CERT_NOT_AFTER, "certificate" => e.certificate, "file" => e.file.clone()).set(e.not_after_unix as f64);
+    }
+}
+
+/// Sets the expiry gauges now and, on a tokio runtime, every [`EXPIRY_REFRESH`] for as
+/// long as `expiry` lives (the task holds it weakly).
+fn publish_expiry(expiry: &Arc<Mutex<Vec<Expiry>>>) {
+    set_expiry_gauges(&expiry.lock().unwrap_or_else(|e| e.into_inner()));
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let weak = Arc::downgrade(expiry);
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(EXPIRY_REFRESH).await;
+                let Some(expiry) = weak.upgrade() else { return };
+                let current = expiry.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                set_expiry_gauges(&current);
+            }
+        });
+    }
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -224,6 +277,7 @@ fn build(files: &CertFiles) -> Result<Built, String> {
     let stamp = files.stamp();
     let ca = read_certs(&files.ca)?;
     let chain = read_certs(&files.cert)?;
+    let expiry = expiries(files, &chain, &ca);
     let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| format!("{}: {e}", files.key.display()))?;
     let mut roots = RootCertStore::empty();
     for c in ca {
@@ -253,7 +307,7 @@ fn build(files: &CertFiles) -> Result<Built, String> {
         .with_client_auth_cert(chain.clone(), key.clone_key())
         .map_err(|e| format!("{}: {e}", files.cert.display()))?;
     client.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Built { stamp, server_mtls: server(mtls)?, server_optional: server(optional)?, client: Arc::new(client), identity })
+    Ok(Built { stamp, server_mtls: server(mtls)?, server_optional: server(optional)?, client: Arc::new(client), identity, expiry })
 }
 
 impl TlsMaterial {
@@ -263,7 +317,9 @@ impl TlsMaterial {
         if built.identity.is_none() {
             warn!(cert = %files.cert.display(), "the certificate names no holdfast identity (holdfast://node/... or holdfast://user/...)");
         }
-        Ok(TlsMaterial { files, built: Mutex::new((Instant::now(), Arc::new(built))) })
+        let expiry = Arc::new(Mutex::new(built.expiry.clone()));
+        publish_expiry(&expiry);
+        Ok(TlsMaterial { files, built: Mutex::new((Instant::now(), Arc::new(built))), expiry })
     }
 
     pub fn files(&self) -> &CertFiles {
@@ -279,6 +335,8 @@ impl TlsMaterial {
                 match build(&self.files) {
                     Ok(b) => {
                         info!(cert = %self.files.cert.display(), "certificates changed on disk: reloaded");
+                        *self.expiry.lock().unwrap_or_else(|e| e.into_inner()) = b.expiry.clone();
+                        set_expiry_gauges(&b.expiry);
                         g.1 = Arc::new(b);
                     }
                     // A half-written rotation: keep serving with the last good one.

@@ -104,6 +104,12 @@ fn describe() {
     describe_gauge!(RAFT_TERM, "This node's current Raft term.");
     describe_gauge!(RAFT_COMMIT_INDEX, "The highest log index this node knows committed.");
     describe_gauge!(RAFT_APPLIED_INDEX, "The highest log index this node has applied.");
+    describe_gauge!(BUILD_INFO, "Always 1; its labels say which release (version) and commit this process runs.");
+    describe_gauge!(
+        CERT_NOT_AFTER,
+        Unit::Seconds,
+        "When a certificate stops being valid (its notAfter, Unix seconds): certificate=own for the one this process presents, ca for the earliest-ending one of the CA bundle it trusts; file is the file it was read from. Rotated certificates show their new date within a second of a connection."
+    );
     describe_histogram!(RAFT_FSYNC, Unit::Seconds, "Duration of the synced RocksDB writes of the Raft log (votes and appends).");
     describe_histogram!(
         RAFT_PROPOSE,
@@ -202,8 +208,18 @@ pub fn router(ready: Readiness) -> Router {
 type AppState = (PrometheusHandle, Readiness);
 
 async fn metrics_text(State((handle, _)): State<AppState>) -> impl IntoResponse {
+    // Set at each scrape: the recorder drops a gauge not set for a minute.
+    metrics::gauge!(names::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "commit" => BUILD_COMMIT).set(1.0);
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render())
 }
+
+/// The commit this binary was built from: `HOLDFAST_COMMIT` in the build's
+/// environment (`HOLDFAST_COMMIT=$(git rev-parse --short HEAD) cargo build --release`),
+/// else `unknown`.
+const BUILD_COMMIT: &str = match option_env!("HOLDFAST_COMMIT") {
+    Some(c) => c,
+    None => "unknown",
+};
 
 async fn readyz(State((_, ready)): State<AppState>) -> impl IntoResponse {
     if ready() {
