@@ -27,6 +27,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_tests import lowest_priority  # noqa: E402  (the scripts' one way to run at the lowest CPU priority)
+
 STATE = "cells/state/src"
 CELL_TESTS = ["-p", "holdfast-cell-state", "--test", "properties", "--test", "semantics", "--test", "safety"]
 # The lease clock's and the fence's unit tests. One package set for both, so their
@@ -353,18 +356,6 @@ def is_heavy(build_args: list) -> bool:
     return bool(packages & {"holdfast", "holdfast-sim"}) or ("holdfast-gateway" in packages and "--test" in build_args)
 
 
-def lowest_priority():
-    """In a child: nice 19, for its session's scheduling group too (autogroup). A
-    mutant's build then takes only the CPU the previous mutant's tests leave idle."""
-    os.setsid()
-    os.nice(19)
-    try:
-        with open("/proc/self/autogroup", "w") as f:
-            f.write("19")
-    except OSError:
-        pass
-
-
 def as_workspace_build(build_args: list) -> list:
     """A package set's build as a build of the whole workspace's targets of those kinds:
     cargo settles dependencies' features over the packages a build selects, so `-p
@@ -391,7 +382,8 @@ def build_tests(dst: str, build_args: list, env: dict, keep: str):
     the compiler's output if the build failed."""
     wanted = packages_of(build_args)
     b = subprocess.run(["cargo", "test", "--locked", "--no-run", "--message-format=json-render-diagnostics", *as_workspace_build(build_args)],
-                       cwd=dst, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=lowest_priority)
+                       cwd=dst, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       start_new_session=True, preexec_fn=lowest_priority)
     if b.returncode != 0:
         return b.stderr + "\n".join(json.loads(l).get("message", {}).get("rendered") or "" for l in b.stdout.splitlines() if l.startswith("{"))
     os.makedirs(keep, exist_ok=True)
